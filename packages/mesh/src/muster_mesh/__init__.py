@@ -1,0 +1,1 @@
+"""muster_mesh."""

@@ -1,0 +1,1 @@
+"""The service side of muster_a2a: SQL store, routes."""

@@ -1,0 +1,63 @@
+"""The application factory: everything is built here, from the settings it is given."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from muster_api import __version__, problems
+from muster_api.a2a import component as a2a_component
+from muster_api.a2a.routes import router as a2a_router
+from muster_api.db.engine import create_engine
+from muster_api.db.migrate import upgrade
+from muster_api.db.url import redact
+from muster_api.dispatch import component as dispatch_component
+from muster_api.dispatch.routes import router as dispatch_router
+from muster_api.health import router as health_router
+from muster_api.logs import configure as configure_logging
+from muster_api.mesh import component as mesh_component
+from muster_api.mesh.routes import router as mesh_router
+from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit
+from muster_api.runtime import Runtime
+from muster_api.settings import Settings
+
+log = logging.getLogger("muster.api")
+
+
+def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    """Build the app. Pass ``runtime`` to inject a clock (tests); otherwise one is built from ``settings``."""
+    settings = settings or (runtime.settings if runtime else Settings())
+    configure_logging(settings.log_level)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        rt = runtime or Runtime(settings=settings, engine=create_engine(settings.database_url))
+        app.state.runtime = rt
+        log.info("starting database=%s", redact(settings.database_url))
+        try:
+            if settings.migrate_on_startup:
+                await upgrade(rt.engine)
+            async with AsyncExitStack() as stack:
+                for component in (mesh_component, a2a_component, dispatch_component):
+                    await stack.enter_async_context(component.lifespan(app, rt))
+                yield
+        finally:
+            await rt.engine.dispose()
+
+    app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url="/docs")
+    problems.install(app)
+    for router in (health_router, mesh_router, a2a_router, dispatch_router):
+        app.include_router(router)
+    # Outermost last: the access log sees every answer, including the guard's and the body limit's.
+    app.add_middleware(BodyLimit)
+    app.add_middleware(ApiKeyGuard, keys=[k.get_secret_value() for k in settings.api_keys])
+    app.add_middleware(AccessLog)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (used by ``muster serve``)."""
+    return create_app(Settings())

@@ -1,0 +1,76 @@
+"""The ``muster`` command: serve, migrate, version."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from muster_api import __version__
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from muster_api.settings import Settings
+
+    settings = Settings()
+    uvicorn.run(
+        "muster_api.app:app_from_env",
+        factory=True,
+        host=args.host or settings.host,
+        port=args.port or settings.port,
+        reload=args.reload,
+        log_level=settings.log_level.lower(),
+        access_log=False,  # our AccessLog middleware writes one line per request
+    )
+    return 0
+
+
+def _migrate(_args: argparse.Namespace) -> int:
+    from muster_api.db.engine import create_engine
+    from muster_api.db.migrate import current_revision, upgrade
+    from muster_api.settings import Settings
+
+    async def run() -> str | None:
+        engine = create_engine(Settings().database_url)
+        try:
+            await upgrade(engine)
+            return await current_revision(engine)
+        finally:
+            await engine.dispose()
+
+    print(f"database at revision {asyncio.run(run())}")
+    return 0
+
+
+def _version(_args: argparse.Namespace) -> int:
+    print(f"muster {__version__}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="muster", description="Muster agent runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the API (uvicorn)")
+    serve.add_argument("--host", help="bind address (default MUSTER_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default MUSTER_PORT or 8000)")
+    serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    serve.set_defaults(fn=_serve)
+    sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)
+    sub.add_parser("version", help="print the version").set_defaults(fn=_version)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except Exception as exc:
+        from muster_api.errors import MusterApiError
+
+        if isinstance(exc, MusterApiError):
+            print(f"muster: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

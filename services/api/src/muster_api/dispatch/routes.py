@@ -1,0 +1,5 @@
+"""REST routes of the dispatch capability."""
+
+from fastapi import APIRouter
+
+router = APIRouter(prefix="/dispatch", tags=["dispatch"])

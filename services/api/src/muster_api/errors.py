@@ -1,0 +1,25 @@
+"""Errors raised by the service itself (the packages have their own trees).
+
+MusterApiError
+├── ConfigurationError     bad settings or config file (startup refuses to run)
+├── NotReadyError          database unreachable or migrations not at head (503)
+└── PayloadTooLargeError   request body over the service-wide bound (413)
+"""
+
+from __future__ import annotations
+
+
+class MusterApiError(Exception):
+    """Root of the service's own errors."""
+
+
+class ConfigurationError(MusterApiError):
+    """Settings or a config file are invalid."""
+
+
+class NotReadyError(MusterApiError):
+    """The service cannot serve yet: say why."""
+
+
+class PayloadTooLargeError(MusterApiError):
+    """The request body is larger than the service accepts."""

@@ -1,0 +1,39 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from muster_api.db.migrate import current_revision, head_revision
+from muster_api.problems import problem
+from muster_api.runtime import Runtime
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", summary="The process is alive")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    summary="The database answers and its schema is at the migration head",
+    responses={503: {"description": "not ready, with the reason", "content": {"application/problem+json": {}}}},
+)
+async def readyz(request: Request) -> Any:
+    runtime: Runtime = request.app.state.runtime
+    head = head_revision()
+    try:
+        async with runtime.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        current = await current_revision(runtime.engine)
+    except Exception as exc:  # the reason is the answer here, whatever the driver raised
+        return problem(503, f"database unreachable: {type(exc).__name__}", instance="/readyz")
+    if current != head:
+        return problem(503, f"migrations not at head: database at {current}, code at {head}", instance="/readyz")
+    return JSONResponse({"status": "ready", "database": runtime.dialect, "revision": current})

@@ -1,0 +1,17 @@
+"""Stdlib logging, one line per record. Values of secrets never reach a record: we log names, not values."""
+
+from __future__ import annotations
+
+import logging
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def configure(level: str) -> None:
+    root = logging.getLogger("muster")
+    if not any(getattr(h, "_muster", False) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter(FORMAT))
+        handler._muster = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(level.upper())

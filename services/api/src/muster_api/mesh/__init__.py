@@ -1,0 +1,1 @@
+"""The service side of muster_mesh: SQL store, routes."""

@@ -1,0 +1,5 @@
+"""REST routes of the mesh capability."""
+
+from fastapi import APIRouter
+
+router = APIRouter(prefix="/mesh", tags=["mesh"])

@@ -1,0 +1,123 @@
+"""Pure ASGI middleware (no BaseHTTPMiddleware: it would buffer SSE and long-polls)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+from collections.abc import Sequence
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("muster.access")
+
+MAX_BODY_BYTES = 1024 * 1024
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
+
+
+async def _send_problem(
+    send: Send, status: int, title: str, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class AccessLog:
+    """One line per request: method, path (never the query: it may carry cursors we do not want in logs), status, ms."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def _send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        finally:
+            log.info(
+                "request method=%s path=%s status=%d duration_ms=%.1f",
+                scope["method"],
+                scope["path"],
+                status,
+                (time.perf_counter() - started) * 1000,
+            )
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes with 413 before the app reads them (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await _send_problem(send, 413, "Content Too Large", f"request body exceeds {self.limit} bytes")
+                return
+        seen = 0
+
+        async def _receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    from muster_api.errors import PayloadTooLargeError
+
+                    raise PayloadTooLargeError(f"request body exceeds {self.limit} bytes")
+            return message
+
+        await self.app(scope, _receive, send)
+
+
+class ApiKeyGuard:
+    """When MUSTER_API_KEYS is set, every request but health and docs needs one of them in ``X-API-Key``."""
+
+    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+        self.app = app
+        self.keys = [k.encode() for k in keys]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
+        if presented is None:
+            await _send_problem(
+                send,
+                401,
+                "Unauthorized",
+                "this API requires an X-API-Key header",
+                [(b"www-authenticate", b"ApiKey")],
+            )
+            return
+        if not any(hmac.compare_digest(presented, key) for key in self.keys):
+            await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
+            return
+        await self.app(scope, receive, send)

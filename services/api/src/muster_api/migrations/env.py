@@ -1,0 +1,21 @@
+"""Alembic environment: always handed a live connection by ``muster_api.db.migrate``."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from muster_api.db.models import metadata
+
+connection: Connection | None = context.config.attributes.get("connection")
+if connection is None:
+    raise RuntimeError("run migrations through `muster migrate` (muster_api.db.migrate), which supplies the connection")
+
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    render_as_batch=connection.dialect.name == "sqlite",
+    compare_type=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

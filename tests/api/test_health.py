@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from muster_api.db.engine import create_engine
+from muster_api.db.migrate import downgrade, head_revision
+from muster_api.settings import Settings
+from tests.support.app import serve
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_healthz_and_readyz(db_url: str) -> None:
+    async with serve(db_url) as client:
+        assert (await client.get("/healthz")).json() == {"status": "ok"}
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        body = ready.json()
+        assert body["revision"] == head_revision()
+        assert body["database"] == ("sqlite" if db_url.startswith("sqlite") else "postgresql")
+
+
+async def test_readyz_503_when_not_at_head(db_url: str) -> None:
+    async with serve(db_url) as client:
+        engine = create_engine(Settings(database_url=db_url).database_url)
+        try:
+            await downgrade(engine, "base")
+        finally:
+            await engine.dispose()
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.headers["content-type"] == "application/problem+json"
+        assert "migrations not at head" in ready.json()["detail"]
+
+
+async def test_readyz_503_when_database_unreachable(tmp_path: object) -> None:
+    # Nothing listens on port 1; migrations off so that start-up itself does not need the database.
+    async with serve("postgresql://postgres@127.0.0.1:1/nowhere", migrate_on_startup=False) as client:
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert "database unreachable" in ready.json()["detail"]
+        assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_sqlite_connections_are_tuned(tmp_path: object) -> None:
+    engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path}/t.db").database_url)
+    try:
+        async with engine.connect() as conn:
+            got = {
+                p: (await conn.execute(text(f"PRAGMA {p}"))).scalar()
+                for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
+            }
+    finally:
+        await engine.dispose()
+    assert got == {"journal_mode": "wal", "foreign_keys": 1, "busy_timeout": 10000, "synchronous": 1}

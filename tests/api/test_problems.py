@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import pytest
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from muster_api.app import create_app
+from muster_api.errors import NotReadyError
+from muster_api.settings import Settings
+from tests.support.app import running
+
+pytestmark = pytest.mark.anyio
+
+
+class Probe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=5)
+    count: int = Field(ge=1)
+
+
+def _app(tmp_path: object, **settings: object):  # type: ignore[no-untyped-def]
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/p.db", **settings))  # type: ignore[arg-type]
+    probe = APIRouter()
+
+    @probe.post("/probe")
+    async def post_probe(body: Probe) -> dict[str, str]:
+        return {"ok": body.name}
+
+    @probe.get("/not-ready")
+    async def not_ready() -> None:
+        raise NotReadyError("warming up")
+
+    app.include_router(probe)
+    return app
+
+
+async def test_validation_errors_name_field_and_rule(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        r = await client.post("/probe", json={"name": "toolong", "count": 0, "extra": 1})
+    assert r.status_code == 422
+    assert r.headers["content-type"] == "application/problem+json"
+    body = r.json()
+    assert body["status"] == 422 and body["title"] in ("Unprocessable Entity", "Unprocessable Content")
+    rules = {(e["field"], e["rule"]) for e in body["errors"]}
+    assert rules == {
+        ("name", "string_too_long"),
+        ("count", "greater_than_equal"),
+        ("extra", "extra_forbidden"),
+    }
+
+
+async def test_malformed_json_is_422_not_500(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        r = await client.post("/probe", content=b"{nope", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["rule"] == "json_invalid"
+
+
+async def test_unknown_route_and_mapped_error(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        missing = await client.get("/nope")
+        mapped = await client.get("/not-ready")
+    assert missing.status_code == 404 and missing.headers["content-type"] == "application/problem+json"
+    assert mapped.status_code == 503 and mapped.json()["detail"] == "warming up"
+
+
+async def test_body_over_limit_is_413(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        r = await client.post("/probe", content=b"x" * (1024 * 1024 + 1), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_api_key_guard(tmp_path: object) -> None:
+    async with running(_app(tmp_path, api_keys=["k-one", "k-two"])) as client:
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.post("/probe", json={"name": "a", "count": 1})).status_code == 401
+        wrong = await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "nope"})
+        assert wrong.status_code == 403
+        ok = await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "k-two"})
+        assert ok.status_code == 200
+
+
+async def test_secrets_never_logged(tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="muster")
+    async with running(_app(tmp_path, api_keys=["sekrit-key-123"])) as client:
+        await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "sekrit-key-123"})
+    assert any("path=/probe status=200" in r.getMessage() for r in caplog.records)
+    assert all("sekrit-key-123" not in r.getMessage() for r in caplog.records)

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from muster_api.db.url import normalise_database_url, redact, sqlite_path
+from muster_api.errors import ConfigurationError
+from muster_api.settings import Settings
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("sqlite:///var/m.db", "sqlite+aiosqlite:///var/m.db"),
+        ("sqlite:////abs/m.db", "sqlite+aiosqlite:////abs/m.db"),
+        ("sqlite+aiosqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+        ("postgresql://postgres@127.0.0.1/db", "postgresql+asyncpg://postgres@127.0.0.1/db"),
+        ("postgres://u:p@h:5433/db", "postgresql+asyncpg://u:p@h:5433/db"),
+        ("postgresql+asyncpg://h/db", "postgresql+asyncpg://h/db"),
+    ],
+)
+def test_urls_are_normalised_to_async_drivers(given: str, expected: str) -> None:
+    assert normalise_database_url(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["mysql://h/db", "postgresql+psycopg2://h/db", "nonsense", "sqlite://"])
+def test_unsupported_urls_are_refused_by_name(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        normalise_database_url(bad)
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("MUSTER_DATABASE_URL", "MUSTER_HOST", "MUSTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    s = Settings()
+    assert s.database_url == "sqlite+aiosqlite:///./var/muster.db"
+    assert (s.host, s.port) == ("127.0.0.1", 8000)
+    assert sqlite_path(s.database_url) is not None
+
+
+def test_environment_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_DATABASE_URL", "postgres://postgres@127.0.0.1/x")
+    monkeypatch.setenv("MUSTER_PORT", "9001")
+    s = Settings()
+    assert s.database_url == "postgresql+asyncpg://postgres@127.0.0.1/x"
+    assert s.port == 9001
+
+
+def test_bad_port_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_PORT", "70000")
+    with pytest.raises(ValidationError, match="port"):
+        Settings()
+
+
+def test_redact_hides_password() -> None:
+    assert redact("postgresql+asyncpg://u:secret@h/db") == "postgresql+asyncpg://u:***@h/db"
+    assert "secret" not in redact("postgres://admin:secret@h:5432/db")

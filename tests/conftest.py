@@ -1,0 +1,61 @@
+"""Fixtures every test folder shares: the anyio backend and the two databases."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.databases import PostgresServer
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _require(var: str) -> bool:
+    return os.environ.get(var, "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    url = os.environ.get("MUSTER_TEST_POSTGRES_URL")
+    if not url:
+        if _require("MUSTER_REQUIRE_POSTGRES"):
+            pytest.fail(
+                "MUSTER_REQUIRE_POSTGRES is set but MUSTER_TEST_POSTGRES_URL is not: the PostgreSQL leg must run"
+            )
+        pytest.skip("PostgreSQL leg: set MUSTER_TEST_POSTGRES_URL (e.g. postgresql://postgres@127.0.0.1:5432/postgres)")
+    server = PostgresServer(url)
+    yield server
+    server.drop_all()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database per test: a new SQLite file, or a new PostgreSQL database (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'muster.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create()
+    try:
+        yield url
+    finally:
+        server.drop(url)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
+    """Say how many tests passed on each database, and fail a run that was required to use PostgreSQL but did not."""
+    legs = {"sqlite": 0, "postgres": 0}
+    for report in terminalreporter.stats.get("passed", []):
+        for leg in legs:
+            if f"[{leg}" in report.nodeid or f"-{leg}]" in report.nodeid or f"-{leg}-" in report.nodeid:
+                legs[leg] += 1
+    terminalreporter.write_line(f"database legs: sqlite {legs['sqlite']} passed, postgres {legs['postgres']} passed")
+    if _require("MUSTER_REQUIRE_POSTGRES") and legs["postgres"] == 0 and terminalreporter.stats.get("passed"):
+        terminalreporter.write_line("MUSTER_REQUIRE_POSTGRES: no test passed on PostgreSQL", red=True)
+        terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED  # type: ignore[attr-defined]
