@@ -1,0 +1,71 @@
+"""Errors of muster_a2a.
+
+A failing remote agent is reported, never raised, by ``remote_agent`` / ``load_agents`` (its ``error`` says which of
+these happened); a failing remote call is a ``ToolResult`` with ``is_error``. The classes below are what the library
+raises to its own callers (bad configuration, unknown names) and what it uses to describe agent failures.
+
+MusterA2AError
+├── AgentConfigError          the ``agents`` block (or one entry) is malformed
+├── AgentResolutionError      an agent could not be made usable (reported in ``RemoteAgent.error``)
+│   ├── CardUnreachableError      connection refused, DNS, timeout while fetching the card
+│   ├── CardHTTPError             the card URL answered an HTTP error status
+│   ├── InvalidCardError          not JSON, not an object, or not an Agent Card
+│   ├── NoUsableInterfaceError    no JSON-RPC / HTTP+JSON interface we may use
+│   └── InsecureURLError          plain http to a non-loopback host without ``allow_http``
+├── UnknownToolError          no tool of that name is loaded
+└── UnknownCallError          no stored call with that id
+"""
+
+from __future__ import annotations
+
+
+class MusterA2AError(Exception):
+    """Root of every error of muster_a2a."""
+
+
+class AgentConfigError(MusterA2AError):
+    """The agents configuration is malformed."""
+
+
+class AgentResolutionError(MusterA2AError):
+    """A remote agent could not be resolved into tools."""
+
+
+class CardUnreachableError(AgentResolutionError):
+    """The card could not be fetched at all (network)."""
+
+
+class CardHTTPError(AgentResolutionError):
+    """The card URL answered an HTTP error status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidCardError(AgentResolutionError):
+    """The document is not a valid Agent Card."""
+
+
+class NoUsableInterfaceError(AgentResolutionError):
+    """The card names no interface this client can (or may) use."""
+
+
+class InsecureURLError(AgentResolutionError):
+    """Plain http to a host that is not loopback, without explicit permission."""
+
+
+class UnknownToolError(MusterA2AError):
+    """No loaded tool has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no A2A tool named {name!r}")
+        self.name = name
+
+
+class UnknownCallError(MusterA2AError):
+    """No stored call has this id."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(f"no A2A call with id {call_id!r}")
+        self.call_id = call_id

@@ -1,0 +1,91 @@
+"""Task states and the text of a task, for documents of either protocol version (decoded leniently)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from a2a.types import Task
+
+from muster_a2a._proto import state_enum_name, to_dict
+
+TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
+INTERRUPTED = frozenset({"input-required", "auth-required"})
+FAILED = frozenset({"failed", "canceled", "rejected"})
+
+
+def state_name(raw: object) -> str:
+    """``TASK_STATE_INPUT_REQUIRED`` (v1.0), ``input-required`` (v0.3) or a proto enum int → ``input-required``."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        raw = state_enum_name(raw) or "unknown"
+    text = str(raw).strip()
+    if text.upper().startswith("TASK_STATE_"):
+        text = text[len("TASK_STATE_") :]
+    text = text.lower().replace("_", "-")
+    if text == "cancelled":
+        return "canceled"
+    return text or "unknown"
+
+
+def _as_dict(task: Task | Mapping[str, Any]) -> Mapping[str, Any]:
+    if isinstance(task, Task):
+        return to_dict(task)
+    return task
+
+
+def _texts(parts: object) -> list[str]:
+    if not isinstance(parts, Sequence) or isinstance(parts, str | bytes):
+        return []
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, Mapping):
+            continue
+        # v0.3 parts say kind="text"; v1.0 parts carry exactly one of text/raw/url/data.
+        kind = part.get("kind")
+        text = part.get("text")
+        if isinstance(text, str) and kind in (None, "text"):
+            out.append(text)
+    return out
+
+
+def message_text(message: object) -> str:
+    if not isinstance(message, Mapping):
+        return ""
+    return "\n".join(_texts(message.get("parts")))
+
+
+def _is_agent(message: Mapping[str, Any]) -> bool:
+    return str(message.get("role", "")).lower() in ("agent", "role_agent")
+
+
+def task_output(task: Task | Mapping[str, Any]) -> str:
+    """All text parts across ``artifacts[].parts[]`` joined by newlines; else the text of ``status.message``; else the
+    last agent message in ``history``; else the empty string."""
+    doc = _as_dict(task)
+    artifacts = doc.get("artifacts")
+    texts: list[str] = []
+    if isinstance(artifacts, Sequence) and not isinstance(artifacts, str | bytes):
+        for artifact in artifacts:
+            if isinstance(artifact, Mapping):
+                texts.extend(_texts(artifact.get("parts")))
+    if texts:
+        return "\n".join(texts)
+    status = doc.get("status")
+    if isinstance(status, Mapping):
+        text = message_text(status.get("message"))
+        if text:
+            return text
+    history = doc.get("history")
+    if isinstance(history, Sequence) and not isinstance(history, str | bytes):
+        for message in reversed(history):
+            if isinstance(message, Mapping) and _is_agent(message):
+                text = message_text(message)
+                if text:
+                    return text
+    return ""
+
+
+def status_text(task: Task | Mapping[str, Any]) -> str:
+    """The text of ``status.message`` (why a task failed, what input it needs)."""
+    status = _as_dict(task).get("status")
+    return message_text(status.get("message")) if isinstance(status, Mapping) else ""
