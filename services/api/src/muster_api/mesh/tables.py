@@ -1,5 +1,63 @@
 """SQL tables of the mesh capability (all on the one service MetaData)."""
 
-from muster_api.db.schema import metadata
+from __future__ import annotations
 
-__all__ = ["metadata"]
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, Table, Text
+
+from muster_api.db.schema import JSONDocument, UTCDateTime, metadata
+
+# One row per agent_id: its current session, lease and inbox counters (last_seq is the per-recipient sequence;
+# incrementing it under the row lock is what keeps inbox sequences gap-free and in commit order).
+agents = Table(
+    "mesh_agents",
+    metadata,
+    Column("agent_id", String(64), primary_key=True),
+    Column("session_id", String(32), nullable=False),
+    Column("token_hash", String(64), nullable=False, unique=True),
+    Column("role", String(64), nullable=True),
+    Column("repo", String(200), nullable=True),
+    Column("caps", JSONDocument, nullable=False),
+    Column("status", String(280), nullable=False),
+    Column("ttl_seconds", Integer, nullable=False),
+    Column("checked_in_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime, nullable=False),
+    Column("status_changed_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("read_cursor", BigInteger, nullable=False),
+    Column("floor_seq", BigInteger, nullable=False),
+)
+
+messages = Table(
+    "mesh_messages",
+    metadata,
+    Column("message_id", String(32), primary_key=True),
+    Column("sender", String(64), nullable=False),
+    Column("address", JSONDocument, nullable=False),
+    Column("subject", String(200), nullable=True),
+    Column("body", Text, nullable=False),
+    Column("sent_at", UTCDateTime, nullable=False, index=True),
+)
+
+inbox = Table(
+    "mesh_inbox",
+    metadata,
+    Column("recipient", String(64), ForeignKey("mesh_agents.agent_id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("message_id", String(32), ForeignKey("mesh_messages.message_id", ondelete="CASCADE"), nullable=False),
+    Index("ix_mesh_inbox_message_id", "message_id"),
+)
+
+idempotency = Table(
+    "mesh_idempotency",
+    metadata,
+    Column("scope", String(100), primary_key=True),
+    Column("idem_key", String(128), primary_key=True),
+    Column("operation", String(32), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("result", JSONDocument, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False, index=True),
+)
+
+__all__ = ["agents", "idempotency", "inbox", "messages", "metadata"]

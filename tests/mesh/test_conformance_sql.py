@@ -1,0 +1,35 @@
+"""The conformance suite on the SQL store, on a fresh SQLite file and a fresh PostgreSQL database."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+import pytest
+
+from muster_api.db.engine import create_engine
+from muster_api.db.migrate import upgrade
+from muster_api.mesh.store import SqlMeshStore
+from muster_api.settings import Settings
+from muster_mesh import Mesh
+from muster_mesh.testing import CHECKS, ManualClock
+
+pytestmark = pytest.mark.anyio
+
+
+def sql_factory(db_url: str) -> Callable[[ManualClock], AbstractAsyncContextManager[Mesh]]:
+    @asynccontextmanager
+    async def make(clock: ManualClock) -> AsyncIterator[Mesh]:
+        engine = create_engine(Settings(database_url=db_url).database_url)
+        try:
+            await upgrade(engine)
+            yield Mesh(SqlMeshStore(engine), clock=clock)
+        finally:
+            await engine.dispose()
+
+    return make
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS))
+async def test_sql_store(name: str, db_url: str) -> None:
+    await CHECKS[name](sql_factory(db_url))
