@@ -1,0 +1,275 @@
+"""A fake Anthropic Messages API: ``POST /v1/messages`` streamed exactly as Anthropic streams it (SSE).
+
+Claude Code also makes side requests (a tiny quota probe, title/topic generation with a small model, token
+counting). They are answered without consuming the test's plan so that the plan describes the conversation only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script
+from tests.dispatch.fakes.server import serve_in_thread
+
+SHELL_TOOL = "Bash"
+
+
+def _sse(event: str, data: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def _is_side_request(body: Any) -> bool:
+    """Claude Code's own background calls: no tools and a tiny token budget, or a structured-output title call."""
+    if not isinstance(body, dict):
+        return True
+    if body.get("tools"):
+        return False
+    return int(body.get("max_tokens") or 0) <= 1 or "title" in json.dumps(body.get("system", "")).lower()
+
+
+def _usage(reply: Reply) -> dict[str, Any]:
+    return {
+        "input_tokens": reply.input_tokens,
+        "cache_creation_input_tokens": reply.cache_created,
+        "cache_read_input_tokens": reply.cached_tokens,
+        "output_tokens": 1,
+        "service_tier": "standard",
+    }
+
+
+def stream_events(reply: Reply, model: str) -> Iterator[bytes]:
+    """The SSE byte chunks of one answer, block by block."""
+    message_id = f"msg_{uuid.uuid4().hex[:24]}"
+    yield _sse(
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": _usage(reply),
+            },
+        },
+    )
+    index = 0
+    if reply.thinking is not None:
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": ""}},
+        )
+        yield _sse("ping", {"type": "ping"})
+        yield _sse(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "thinking_delta", "thinking": reply.thinking},
+            },
+        )
+        yield _sse(
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "signature_delta", "signature": "c2lnbmF0dXJl"},
+            },
+        )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
+    if reply.text:
+        yield _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+        )
+        # Two deltas so that partial-message consumers see a real stream.
+        half = max(1, len(reply.text) // 2)
+        for piece in (reply.text[:half], reply.text[half:]):
+            if piece:
+                yield _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+        index += 1
+    stop_reason = "end_turn"
+    if reply.tool is not None:
+        stop_reason = "tool_use"
+        tool_id = f"toolu_{reply.tool.call_id}"
+        yield _sse(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "tool_use", "id": tool_id, "name": SHELL_TOOL, "input": {}},
+            },
+        )
+        arguments = json.dumps({"command": reply.tool.command, "description": "Run the command"})
+        half = len(arguments) // 2
+        for piece in (arguments[:half], arguments[half:]):
+            yield _sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": piece},
+                },
+            )
+        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+    yield _sse(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": reply.output_tokens},
+        },
+    )
+    yield _sse("message_stop", {"type": "message_stop"})
+
+
+def message_json(reply: Reply, model: str) -> dict[str, Any]:
+    """The non-streaming form of the same answer."""
+    content: list[dict[str, Any]] = []
+    if reply.text:
+        content.append({"type": "text", "text": reply.text})
+    return {
+        "id": f"msg_{uuid.uuid4().hex[:24]}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {**_usage(reply), "output_tokens": reply.output_tokens},
+    }
+
+
+def error_body(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": f"req_{uuid.uuid4().hex[:20]}"}
+
+
+# ------------------------------------------------------------------ ready-made failures
+
+
+def overloaded(times: int | None = 1) -> Fail:
+    return Fail(529, error_body("overloaded_error", "Overloaded"), times=times)
+
+
+def rate_limited(times: int | None = 1) -> Fail:
+    return Fail(
+        429,
+        error_body("rate_limit_error", "This request would exceed your rate limit. Please try again later."),
+        headers={"retry-after": "0"},
+        times=times,
+    )
+
+
+def server_error(times: int | None = None) -> Fail:
+    return Fail(500, error_body("api_error", "Internal server error"), times=times)
+
+
+def auth_failed() -> Fail:
+    return Fail(401, error_body("authentication_error", "invalid x-api-key"), times=None)
+
+
+def usage_limited(reset_epoch: int, times: int | None = None) -> Fail:
+    """A subscription usage limit: 429 with the ``anthropic-ratelimit-unified-*`` headers Claude Code reads."""
+    headers = {
+        "anthropic-ratelimit-unified-status": "rejected",
+        "anthropic-ratelimit-unified-reset": str(reset_epoch),
+        "anthropic-ratelimit-unified-representative-claim": "five_hour",
+        "anthropic-ratelimit-unified-5h-status": "rejected",
+        "anthropic-ratelimit-unified-5h-reset": str(reset_epoch),
+        "anthropic-ratelimit-unified-5h-utilization": "1.0",
+        "anthropic-ratelimit-unified-fallback-percentage": "0.5",
+        "anthropic-ratelimit-unified-overage-status": "rejected",
+        "anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
+        "retry-after": str(max(0, reset_epoch - int(time.time()))),
+    }
+    return Fail(429, error_body("rate_limit_error", "Rate limited"), headers=headers, times=times)
+
+
+# ------------------------------------------------------------------ the app
+
+
+class FakeAnthropic:
+    """The scripted server. ``script`` plans answers and records requests; ``url`` is set while it runs."""
+
+    def __init__(self, default: Reply | None = None) -> None:
+        self.script = Script(default)
+        self.url = ""
+        self.app = Starlette(
+            routes=[
+                Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
+                Route("/{path:path}", self._unknown, methods=["GET", "POST", "PUT", "DELETE", "HEAD", "PATCH"]),
+            ]
+        )
+
+    @contextmanager
+    def running(self) -> Iterator[FakeAnthropic]:
+        with serve_in_thread(self.app) as url:
+            self.url = url
+            try:
+                yield self
+            finally:
+                self.url = ""
+
+    async def _record(self, request: Request, answered: str) -> Any:
+        raw = await request.body()
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("x-api-key", "authorization")}
+        self.script.record(Recorded(request.method, request.url.path, headers, body, answered))
+        return body
+
+    async def _messages(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = None
+        model = str(body.get("model", "claude-sonnet-4-5")) if isinstance(body, dict) else "claude-sonnet-4-5"
+        if _is_side_request(body):
+            plan: Reply | Fail = Reply(text="Side answer", input_tokens=5, output_tokens=2)
+            answered = "side"
+        else:
+            plan, answered = self.script.next()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("x-api-key", "authorization")}
+        self.script.record(Recorded(request.method, request.url.path, headers, body, answered))
+        if isinstance(plan, Fail):
+            return JSONResponse(plan.body, status_code=plan.status, headers=plan.headers)
+        if isinstance(body, dict) and body.get("stream"):
+
+            async def chunks() -> AsyncIterator[bytes]:
+                for chunk in stream_events(plan, model):
+                    yield chunk
+
+            return StreamingResponse(
+                chunks(), media_type="text/event-stream", headers={"request-id": f"req_{uuid.uuid4().hex[:20]}"}
+            )
+        return JSONResponse(message_json(plan, model))
+
+    async def _count_tokens(self, request: Request) -> Response:
+        await self._record(request, "side")
+        return JSONResponse({"input_tokens": 100})
+
+    async def _unknown(self, request: Request) -> Response:
+        await self._record(request, "unknown")
+        return JSONResponse(error_body("not_found_error", f"Not found: {request.url.path}"), status_code=404)

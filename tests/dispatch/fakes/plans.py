@@ -1,0 +1,113 @@
+"""What a fake model server answers, planned per test.
+
+A fake holds a queue of planned answers. Each model request the CLI makes for the conversation takes the next one;
+a ``Fail`` with ``times=None`` stays at the head of the queue (a persistent failure). An empty queue answers the
+``default`` reply, so a CLI never hangs on an unplanned request; the request is still recorded for the test to see.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call of the CLI's shell tool. ``command`` is the shell command line the model asks the CLI to run."""
+
+    command: str
+    call_id: str = "call_1"
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful streamed answer: optional reasoning, then text, then optionally a tool call."""
+
+    text: str = ""
+    thinking: str | None = None
+    tool: ToolCall | None = None
+    input_tokens: int = 120
+    output_tokens: int = 30
+    cached_tokens: int = 0
+    cache_created: int = 0
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error answer. ``times=None`` repeats forever (it is never consumed)."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    times: int | None = 1
+
+
+Plan = Reply | Fail
+
+
+@dataclass
+class Recorded:
+    """One request the fake received."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    answered: str  # what the fake answered: "reply", "fail:<status>", "default", "side", "unknown"
+
+
+class Script:
+    """The thread-safe queue of plans plus the record of requests (the server runs in another thread)."""
+
+    def __init__(self, default: Reply | None = None) -> None:
+        self._lock = threading.Lock()
+        self._plans: deque[Plan] = deque()
+        self._fail_counts: dict[int, int] = {}
+        self.default = default or Reply(text="OK")
+        self.requests: list[Recorded] = []
+
+    def plan(self, *plans: Plan) -> None:
+        with self._lock:
+            self._plans.extend(plans)
+
+    def reset(self, *plans: Plan, default: Reply | None = None) -> None:
+        with self._lock:
+            self._plans.clear()
+            self._plans.extend(plans)
+            self.requests.clear()
+            if default is not None:
+                self.default = default
+
+    def next(self) -> tuple[Plan, str]:
+        with self._lock:
+            if not self._plans:
+                return self.default, "default"
+            head = self._plans[0]
+            if isinstance(head, Fail):
+                if head.times is None:
+                    return head, f"fail:{head.status}"
+                used = self._fail_counts.get(id(head), 0) + 1
+                if used >= head.times:
+                    self._plans.popleft()
+                    self._fail_counts.pop(id(head), None)
+                else:
+                    self._fail_counts[id(head)] = used
+                return head, f"fail:{head.status}"
+            self._plans.popleft()
+            return head, "reply"
+
+    def record(self, entry: Recorded) -> None:
+        with self._lock:
+            self.requests.append(entry)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._plans)
+
+    def model_requests(self) -> list[Recorded]:
+        """The conversation requests (the ones that took a plan or the default)."""
+        with self._lock:
+            return [r for r in self.requests if r.answered in ("reply", "default") or r.answered.startswith("fail:")]
