@@ -482,7 +482,7 @@ async def remote_agent(
     label = name or (card if isinstance(card, str) else "agent")
     if options.timeout <= 0 or options.poll_every <= 0:
         return RemoteAgent(label, options, error="timeout and poll_every must be positive milliseconds")
-    cache = card_cache or DEFAULT_CARD_CACHE
+    cache = card_cache if card_cache is not None else DEFAULT_CARD_CACHE
     card_url: str | None = None
     try:
         if isinstance(card, AgentCard):
