@@ -1,15 +1,80 @@
-"""Start-up and shut-down of the mesh capability inside the service."""
+"""Start-up and shut-down of the mesh capability inside the service: the ``Mesh`` on the SQL store, its notifier
+(LISTEN/NOTIFY on PostgreSQL, in-process on SQLite) and the expiry/retention sweeper."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
+import anyio
 from fastapi import FastAPI
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from muster_api.mesh.notify import PgNotifier
+from muster_api.mesh.store import SqlMeshStore
 from muster_api.runtime import Runtime
+from muster_mesh import LocalNotifier, Mesh, MeshLimits
+from muster_mesh.store import Notifier
+
+log = logging.getLogger("muster.mesh")
+
+
+class MeshSettings(BaseSettings):
+    """``MUSTER_MESH_*`` variables (read when the app starts, never at import)."""
+
+    model_config = SettingsConfigDict(env_prefix="MUSTER_MESH_", extra="ignore", frozen=True)
+
+    max_message_bytes: int = Field(default=64 * 1024, ge=1, le=512 * 1024)
+    max_wait_seconds: float = Field(default=60.0, gt=0, le=300)
+    read_retention_hours: float = Field(default=7 * 24, gt=0)
+    expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
+    sweep_seconds: float = Field(default=300.0, gt=0)
+
+    def limits(self) -> MeshLimits:
+        return MeshLimits(
+            max_message_bytes=self.max_message_bytes,
+            max_wait_seconds=self.max_wait_seconds,
+            read_retention=timedelta(hours=self.read_retention_hours),
+            expired_agent_retention=timedelta(hours=self.expired_agent_retention_hours),
+        )
+
+
+async def _sweep_forever(mesh: Mesh, every: float) -> None:
+    while True:
+        await anyio.sleep(every)
+        try:
+            report = await mesh.sweep()
+        except Exception:  # a failed sweep must not end the service: the next one retries
+            log.exception("mesh sweep failed")
+            continue
+        if report.agents or report.messages or report.inbox_entries or report.idempotency_keys:
+            log.info(
+                "mesh sweep agents=%d messages=%d inbox_entries=%d idempotency_keys=%d",
+                report.agents,
+                report.messages,
+                report.inbox_entries,
+                report.idempotency_keys,
+            )
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
-    yield
+    settings = MeshSettings()
+    async with anyio.create_task_group() as tg:
+        notifier: Notifier
+        if runtime.dialect == "postgresql":
+            pg = PgNotifier(runtime.engine)
+            await tg.start(pg.run)
+            notifier = pg
+        else:
+            notifier = LocalNotifier()
+        mesh = Mesh(SqlMeshStore(runtime.engine), notifier, clock=runtime.now, limits=settings.limits())
+        app.state.mesh = mesh
+        tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()

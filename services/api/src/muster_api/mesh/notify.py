@@ -1,0 +1,112 @@
+"""Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel.
+
+Every instance keeps one dedicated asyncpg connection listening; ``publish`` NOTIFYs the recipients' agent ids after
+the message committed, and each instance (the sender's too) wakes its own local waiters. A lost listener connection
+is re-opened and then every local waiter is woken once, since wake-ups may have been missed meanwhile: waiters
+re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import asyncpg  # type: ignore[import-untyped]
+from anyio.abc import TaskStatus
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from muster_mesh import LocalNotifier
+from muster_mesh.notify import LocalSubscription
+
+log = logging.getLogger("muster.mesh.notify")
+
+CHANNEL = "muster_mesh"
+# NOTIFY payloads must stay under 8000 bytes; agent ids are at most 64 characters.
+MAX_PAYLOAD = 7000
+RECONNECT_SECONDS = 1.0
+
+
+def _chunks(agent_ids: Sequence[str]) -> list[str]:
+    chunks: list[str] = []
+    current: list[str] = []
+    size = 0
+    for agent_id in sorted(set(agent_ids)):
+        if current and size + len(agent_id) + 1 > MAX_PAYLOAD:
+            chunks.append(",".join(current))
+            current, size = [], 0
+        current.append(agent_id)
+        size += len(agent_id) + 1
+    if current:
+        chunks.append(",".join(current))
+    return chunks
+
+
+def _setter(event: anyio.Event) -> Any:
+    return lambda _conn: event.set()
+
+
+class PgNotifier:
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.local = LocalNotifier()
+        self.listener_pid: int | None = None
+        self.reconnects = 0
+
+    @asynccontextmanager
+    async def subscribe(self, agent_id: str) -> AsyncIterator[LocalSubscription]:
+        async with self.local.subscribe(agent_id) as sub:
+            yield sub
+
+    @property
+    def waiting(self) -> int:
+        return self.local.waiting
+
+    async def publish(self, agent_ids: Sequence[str]) -> None:
+        chunks = _chunks(agent_ids)
+        if not chunks:
+            return
+        async with self._engine.begin() as conn:
+            for payload in chunks:
+                await conn.execute(
+                    text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
+                )
+
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        self.local.fire(payload.split(","))
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled. The first connection must succeed (start-up fails loudly otherwise); later losses
+        are retried every second."""
+        started = False
+        while True:
+            try:
+                conn = await asyncpg.connect(self._dsn)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if not started:
+                    raise
+                log.warning("mesh listener cannot reconnect (%s); retrying", type(exc).__name__)
+                await anyio.sleep(RECONNECT_SECONDS)
+                continue
+            lost = anyio.Event()
+            conn.add_termination_listener(_setter(lost))
+            try:
+                await conn.add_listener(CHANNEL, self._on_notify)
+                self.listener_pid = conn.get_server_pid()
+                if started:
+                    self.reconnects += 1
+                    log.info("mesh listener reconnected; waking every waiter once")
+                    self.local.fire_all()
+                else:
+                    started = True
+                    task_status.started()
+                await lost.wait()
+                log.warning("mesh listener connection lost; reconnecting")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if not conn.is_closed():
+                        await conn.close(timeout=2)
