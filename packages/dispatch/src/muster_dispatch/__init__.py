@@ -1,1 +1,75 @@
-"""muster_dispatch."""
+"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex) with normalized events,
+quota/outage faults, fallback and replay. See README.md for the contract."""
+
+from muster_dispatch.agents import (
+    CliAgent,
+    CustomAgent,
+    CustomContext,
+    FallbackAgent,
+    cli_agent,
+    custom_agent,
+    fallback_agent,
+)
+from muster_dispatch.bootstrap import ensure_cli
+from muster_dispatch.conversations import ConversationStore, DirectoryConversationStore, MemoryConversationStore
+from muster_dispatch.decode import decode_events, decode_transcript
+from muster_dispatch.errors import ERROR_CODES, DispatchError, ReplayDivergence
+from muster_dispatch.events import EVENT_TYPES, AgentEvent
+from muster_dispatch.faults import QuotaFault, UnavailableFault, parse_reset, quota_fault, unavailable_fault
+from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harnesses.claude import claude_harness
+from muster_dispatch.harnesses.codex import codex_harness
+from muster_dispatch.inputs import AgentInput, Continuation
+from muster_dispatch.journal import Journal, Observation
+from muster_dispatch.provider import LocalProvider, local_provider
+from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_agent
+from muster_dispatch.results import Attempt, TurnResult
+from muster_dispatch.runner import Dispatch, dispatch
+from muster_dispatch.usage import Usage
+
+__all__ = [
+    "ERROR_CODES",
+    "EVENT_TYPES",
+    "AgentConfiguration",
+    "AgentEvent",
+    "AgentInput",
+    "Attempt",
+    "Bootstrap",
+    "CliAgent",
+    "Command",
+    "Continuation",
+    "ConversationStore",
+    "CredentialPlan",
+    "CustomAgent",
+    "CustomContext",
+    "DirectoryConversationStore",
+    "Dispatch",
+    "DispatchError",
+    "FallbackAgent",
+    "Harness",
+    "Journal",
+    "LocalProvider",
+    "MemoryConversationStore",
+    "Observation",
+    "QuotaFault",
+    "RecordedTurn",
+    "ReplayAgent",
+    "ReplayDivergence",
+    "TurnResult",
+    "UnavailableFault",
+    "Usage",
+    "claude_harness",
+    "cli_agent",
+    "codex_harness",
+    "custom_agent",
+    "decode_events",
+    "decode_transcript",
+    "dispatch",
+    "ensure_cli",
+    "fallback_agent",
+    "local_provider",
+    "parse_reset",
+    "quota_fault",
+    "replay_agent",
+    "unavailable_fault",
+]

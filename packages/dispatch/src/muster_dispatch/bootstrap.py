@@ -1,0 +1,95 @@
+"""Bootstrap: the pinned CLI of a harness, installed with npm into a cache directory when missing, version checked.
+
+Cache: ``$MUSTER_CLI_CACHE`` or ``~/.cache/muster/cli``; each pin in ``<cache>/<name>-<version>`` (npm ``--prefix``).
+Concurrent installs of one pin are serialised by a lock file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from muster_dispatch.errors import DispatchError
+from muster_dispatch.harness import Harness
+
+INSTALL_TIMEOUT = 600.0
+VERSION_TIMEOUT = 60.0
+
+
+def known_harnesses() -> dict[str, Harness]:
+    from muster_dispatch.harnesses.claude import claude_harness
+    from muster_dispatch.harnesses.codex import codex_harness
+
+    return {"claude": claude_harness(), "codex": codex_harness()}
+
+
+def default_cache_dir() -> Path:
+    configured = os.environ.get("MUSTER_CLI_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "muster" / "cli"
+
+
+def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -> Path:
+    """The path of the harness's CLI: its ``executable`` override, else the pinned npm package (installed if needed)."""
+    if isinstance(harness, str):
+        known = known_harnesses()
+        if harness not in known:
+            raise DispatchError(
+                "configuration",
+                f"unknown harness {harness!r}: known are {', '.join(sorted(known))}",
+                {"field": "harness"},
+            )
+        harness = known[harness]
+    if harness.executable:
+        path = Path(harness.executable)
+        found = shutil.which(str(path)) if not path.is_absolute() else str(path)
+        if not found or not Path(found).exists():
+            raise DispatchError("configuration", f"{harness.name}: executable {harness.executable} not found")
+        return Path(found)
+    spec = harness.bootstrap
+    if spec is None:
+        raise DispatchError("configuration", f"{harness.name}: no executable and no bootstrap pin")
+    prefix = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    prefix = prefix / f"{harness.name}-{spec.version}"
+    binary = prefix / "node_modules" / ".bin" / spec.binary
+    prefix.mkdir(parents=True, exist_ok=True)
+    with (prefix / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists() or not _version_ok(binary, spec.version):
+            _install(prefix, f"{spec.package}@{spec.version}")
+            if not binary.exists():
+                raise DispatchError("provider", f"npm installed {spec.package}@{spec.version} but not {spec.binary}")
+            if not _version_ok(binary, spec.version):
+                raise DispatchError("provider", f"{binary} does not report version {spec.version}")
+    return binary
+
+
+def _install(prefix: Path, package: str) -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DispatchError("provider", "npm is not installed: cannot bootstrap the CLI")
+    try:
+        done = subprocess.run(
+            [npm, "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "--loglevel=error", package],
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise DispatchError("provider", f"npm install {package} timed out", cause=exc) from exc
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise DispatchError("provider", f"npm install {package} failed: {tail}", {"exit_code": done.returncode})
+
+
+def _version_ok(binary: Path, version: str) -> bool:
+    try:
+        done = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and version in done.stdout

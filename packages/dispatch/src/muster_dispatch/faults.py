@@ -1,0 +1,164 @@
+"""Quota and outage faults: what a failed turn says about the service, and when a usage limit resets.
+
+``quota_fault(error)`` / ``unavailable_fault(error)`` read a ``DispatchError``; ``parse_reset(text)`` finds a reset time
+in the CLIs' own words ("resets Jan 1, 2030, 12am (UTC)", "try again at Jan 1st, 2030 12:00 AM", "resets 5pm
+(Europe/Paris)") and ``reset_from_epoch`` reads ``resetsAt`` (seconds or milliseconds since the epoch).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from muster_dispatch.errors import DispatchError
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFault:
+    message: str
+    reset_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableFault:
+    message: str
+
+
+def quota_fault(error: DispatchError | BaseException | None) -> QuotaFault | None:
+    """The quota fault of a failed turn (``code == "quota"``), with its reset time when the CLI gave one."""
+    if not isinstance(error, DispatchError) or error.code != "quota":
+        return None
+    reset = error.details.get("reset_at")
+    reset_at: datetime | None = None
+    if isinstance(reset, datetime):
+        reset_at = reset
+    elif isinstance(reset, str):
+        try:
+            reset_at = datetime.fromisoformat(reset)
+        except ValueError:
+            reset_at = None
+    if reset_at is None:
+        reset_at = parse_reset(error.message)
+    return QuotaFault(error.message, reset_at)
+
+
+def unavailable_fault(error: DispatchError | BaseException | None) -> UnavailableFault | None:
+    """The outage of a failed turn: set when the CLI reported a terminal outage or connection failure."""
+    if not isinstance(error, DispatchError) or not error.details.get("unavailable"):
+        return None
+    return UnavailableFault(error.message)
+
+
+_MONTHS = {
+    name: index
+    for index, names in enumerate(
+        [
+            ("jan", "january"),
+            ("feb", "february"),
+            ("mar", "march"),
+            ("apr", "april"),
+            ("may",),
+            ("jun", "june"),
+            ("jul", "july"),
+            ("aug", "august"),
+            ("sep", "sept", "september"),
+            ("oct", "october"),
+            ("nov", "november"),
+            ("dec", "december"),
+        ],
+        start=1,
+    )
+    for name in names
+}
+
+_RESET = re.compile(
+    r"(?:resets?(?:\s+at|\s+on)?|try\s+again\s+(?:at|on|after))\s+"
+    r"(?:(?P<month>[A-Za-z]{3,9})\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?:(?P<year>\d{4}),?\s+)?(?:at\s+)?)?"
+    r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[AaPp]\.?[Mm]\.?)?"
+    r"(?:\s*\((?P<tz>[^)]+)\)|\s+(?P<tzword>UTC|GMT))?",
+)
+
+
+def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
+    """The reset time a quota message names, as an aware UTC datetime, or None when it names none.
+
+    A date without a year is the next such date; a time without a date is the next such time (both after ``now``).
+    Times are read in the zone the message names (IANA name or UTC), else UTC.
+    """
+    for match in _RESET.finditer(text):
+        parsed = _from_match(match, now or datetime.now(UTC))
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def _from_match(match: re.Match[str], now: datetime) -> datetime | None:
+    hour = int(match["hour"])
+    minute = int(match["minute"] or 0)
+    ampm = (match["ampm"] or "").replace(".", "").lower()
+    if not ampm and match["minute"] is None:
+        return None  # a bare number ("resets 5 times") is not a time
+    if ampm:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if ampm == "pm" else 0)
+    if hour > 23 or minute > 59:
+        return None
+    zone = _zone(match["tz"] or match["tzword"])
+    local_now = now.astimezone(zone)
+    month_name = match["month"]
+    if month_name is not None:
+        month = _MONTHS.get(month_name.lower())
+        if month is None:
+            return None
+        day = int(match["day"])
+        year = int(match["year"]) if match["year"] else local_now.year
+        try:
+            when = datetime(year, month, day, hour, minute, tzinfo=zone)
+        except ValueError:
+            return None
+        if not match["year"] and when < local_now:
+            when = when.replace(year=year + 1)
+    else:
+        when = local_now.replace(hour=hour, minute=minute, second=0, microsecond=0)
+        if when <= local_now:
+            when += timedelta(days=1)
+    return when.astimezone(UTC)
+
+
+def _zone(name: str | None) -> tzinfo:
+    if not name:
+        return UTC
+    name = name.strip()
+    if name.upper() in ("UTC", "GMT", "Z"):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
+
+
+def reset_from_epoch(value: Any) -> datetime | None:
+    """``resetsAt`` as a UTC datetime: seconds since the epoch (milliseconds when the number is that large)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    seconds = value / 1000 if value > 10**11 else value
+    try:
+        return datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def earliest(resets: list[datetime | None]) -> datetime | None:
+    """The earliest reset, only when every candidate gave one."""
+    if not resets or any(r is None for r in resets):
+        return None
+    return min(r for r in resets if r is not None)

@@ -1,0 +1,94 @@
+"""The Harness type: everything dispatch needs to know about one coding-agent CLI.
+
+A harness is data plus pure functions (no disk, no processes): the provider and the runner do the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from muster_dispatch.events import AgentEvent
+from muster_dispatch.inputs import AgentInput
+from muster_dispatch.usage import Usage
+
+UsageMode = Literal["events", "session", "unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A program to run in the workspace. ``stdin``: text written then closed; ``keep_stdin`` leaves it open."""
+
+    program: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: str | None = None
+    keep_stdin: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialPlan:
+    """How an agent authenticates in a sandbox, decided without disk access."""
+
+    variables: Mapping[str, str] = field(default_factory=dict)
+    host_files: Mapping[str, str] = field(default_factory=dict)  # host path -> path relative to the private home
+    generated: Mapping[str, str] = field(default_factory=dict)  # path relative to the home -> content
+    login: tuple[tuple[str, ...], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfiguration:
+    """Files to write (merged) into the agent's private home, and host files to copy there; plus environment."""
+
+    files: Mapping[str, str] = field(default_factory=dict)  # path relative to the home -> content
+    host_files: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # e.g. CODEX_HOME; a value "~/x" is under the private home
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """The pinned CLI: an npm package installed into a cache when the executable is missing."""
+
+    package: str
+    version: str
+    binary: str
+
+
+RequestFn = Callable[[AgentInput, "str | None", str], Command]  # (input, model, executable) -> Command
+
+
+@dataclass(frozen=True, slots=True)
+class Harness:
+    name: str
+    request_fn: RequestFn
+    events: Callable[[str], list[AgentEvent]]
+    quota: Callable[[str], bool]
+    unavailable: Callable[[str], bool]
+    requires_finished_event: bool
+    usage: UsageMode
+    credentials: Callable[[Mapping[str, str]], CredentialPlan]
+    configuration: Callable[[Mapping[str, str]], AgentConfiguration]
+    bootstrap: Bootstrap | None
+    resumable: bool
+    forkable: bool
+    live_input: bool
+    # Where the native session of a conversation lives in a home (globs relative to the home), and where a captured
+    # file goes back when restoring into a new home for a workspace.
+    session_globs: Callable[[str], list[str]]
+    restore_path: Callable[[str, str, Path], str]
+    live_message: Callable[[str], str] | None = None
+    fork: Callable[[str, Callable[[Command], None]], str] | None = None
+    usage_command: Callable[[str], Command] | None = None
+    usage_result: Callable[[str], Usage] | None = None
+    transcript_usage: Callable[[str], Usage] | None = None
+    executable: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)  # harness defaults, under every other source
+    # The final usage event is a running total for the whole conversation (Codex): on a resumed turn the runner
+    # subtracts the total read from the session (``transcript_usage``) before the turn.
+    cumulative_usage: bool = False
+
+    def request(self, input: AgentInput, *, model: str | None = None, executable: str | None = None) -> Command:
+        program = executable or self.executable or (self.bootstrap.binary if self.bootstrap else self.name)
+        return self.request_fn(input, model, program)

@@ -1,0 +1,1 @@
+"""Harness presets for the real CLIs."""

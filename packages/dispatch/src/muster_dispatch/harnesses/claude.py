@@ -1,0 +1,330 @@
+"""Claude Code: ``claude -p PROMPT --output-format stream-json --verbose`` and its stream-json lines."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from muster_dispatch.events import AgentEvent, raw
+from muster_dispatch.faults import reset_from_epoch
+from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.inputs import AgentInput
+from muster_dispatch.usage import Usage, counter
+
+PACKAGE = "@anthropic-ai/claude-code"
+VERSION = "2.1.328"
+
+# Keep a headless CLI quiet and bounded: no telemetry, no self-update, few retries (they are transient anyway).
+ENVIRONMENT = {
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+}
+
+CREDENTIAL_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+
+
+def request(input: AgentInput, model: str | None, program: str) -> Command:
+    args: list[str] = ["-p"]
+    stdin: str | None = None
+    if input.live_input:
+        # One init+result per user message; the prompt is the first message on stdin, which stays open for steering.
+        args += ["--input-format", "stream-json"]
+        stdin = live_message(input.prompt)
+    else:
+        args.append(input.prompt)
+    args += ["--output-format", "stream-json", "--verbose"]
+    if model:
+        args += ["--model", model]
+    if input.continuation is not None:
+        args += ["--resume", input.continuation.conversation]
+        if input.continuation.fork:
+            args.append("--fork-session")
+    return Command(program, tuple(args), stdin=stdin, keep_stdin=input.live_input)
+
+
+def live_message(text: str) -> str:
+    message = {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}}
+    return json.dumps(message) + "\n"
+
+
+def events(line: str) -> list[AgentEvent]:
+    """Decode one stream-json line; never raises."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return [raw(line)] if line.strip() else []
+    if not isinstance(obj, dict):
+        return [raw(line, obj)]
+    try:
+        return _decode(obj)
+    except Exception:  # a known type with an unexpected shape is still only a raw line
+        return [raw(line, obj)]
+
+
+def _decode(obj: dict[str, Any]) -> list[AgentEvent]:
+    kind = obj.get("type")
+    if kind == "assistant":
+        return _assistant(obj)
+    if kind == "user":
+        return _user(obj)
+    if kind == "stream_event":
+        return _stream(obj)
+    if kind == "result":
+        return _result(obj)
+    if kind == "system":
+        subtype = obj.get("subtype")
+        if subtype == "init":
+            return [AgentEvent("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
+        if subtype == "api_retry":
+            return [AgentEvent("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
+        return [raw("", obj)]
+    if kind == "rate_limit_event":
+        return _rate_limit(obj)
+    return [raw("", obj)]
+
+
+def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
+    message = obj.get("message") or {}
+    content = message.get("content") or []
+    message_id = _s(message.get("id"))
+    if message.get("model") == "<synthetic>" or obj.get("is_api_error_message") or obj.get("isApiErrorMessage"):
+        # API failures after the CLI's own retries arrive as a synthetic assistant message.
+        text = " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+        return [AgentEvent("failure", text=text or "API error", code=_s(obj.get("error")) or "unknown", data=obj)]
+    out: list[AgentEvent] = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        btype = block.get("type")
+        if btype == "text":
+            out.append(AgentEvent("text", text=block.get("text", ""), id=message_id))
+        elif btype == "thinking":
+            out.append(AgentEvent("reasoning", text=block.get("thinking", ""), id=message_id))
+        elif btype == "tool_use":
+            name = _s(block.get("name"))
+            tool_input = block.get("input")
+            out.append(AgentEvent("tool", id=_s(block.get("id")), name=name, input=tool_input))
+            if name in _FILE_TOOLS and isinstance(tool_input, dict):
+                path = tool_input.get("file_path") or tool_input.get("notebook_path")
+                out.append(AgentEvent("file_change", id=_s(block.get("id")), name=name, data={"path": path}))
+    return out
+
+
+def _user(obj: dict[str, Any]) -> list[AgentEvent]:
+    message = obj.get("message") or {}
+    content = message.get("content")
+    out: list[AgentEvent] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                out.append(
+                    AgentEvent(
+                        "tool_result",
+                        id=_s(block.get("tool_use_id")),
+                        output=_tool_output(block.get("content")),
+                        code="error" if block.get("is_error") else None,
+                    )
+                )
+    return out
+
+
+def _tool_output(content: Any) -> Any:
+    if isinstance(content, list):
+        texts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"]
+        if len(texts) == len(content):
+            return "\n".join(t for t in texts if isinstance(t, str))
+    return content
+
+
+def _stream(obj: dict[str, Any]) -> list[AgentEvent]:
+    event = obj.get("event") or {}
+    if event.get("type") == "content_block_delta":
+        delta = event.get("delta") or {}
+        if delta.get("type") == "text_delta":
+            return [AgentEvent("text_delta", text=delta.get("text", ""))]
+        if delta.get("type") == "thinking_delta":
+            return [AgentEvent("reasoning", text=delta.get("thinking", ""), code="delta")]
+    return []  # message_start / stops / signatures: the complete assistant line follows
+
+
+def _result(obj: dict[str, Any]) -> list[AgentEvent]:
+    session = _s(obj.get("session_id"))
+    text = obj.get("result") if isinstance(obj.get("result"), str) else None
+    subtype = _s(obj.get("subtype"))
+    out = [AgentEvent("usage", usage=_usage(obj), data={"total_cost_usd": obj.get("total_cost_usd")})]
+    out.append(AgentEvent("result", text=text, id=session, code=subtype, data=obj))
+    # `is_error` decides, not `subtype`: API failures keep subtype "success".
+    if obj.get("is_error") or (subtype is not None and subtype.startswith("error")):
+        api_error = obj.get("api_error")
+        code = _s(api_error) or (str(obj["api_error_status"]) if obj.get("api_error_status") else None) or subtype
+        message = text or _s(obj.get("terminal_reason")) or subtype or "Claude Code reported an error"
+        if isinstance(api_error, str) and api_error not in message:
+            message = f"{message} ({api_error})"
+        out.append(AgentEvent("failure", text=message, code=code, data=obj))
+    out.append(AgentEvent("finished", id=session, code=subtype))
+    return out
+
+
+def _usage(obj: dict[str, Any]) -> Usage:
+    native = obj.get("usage")
+    if not isinstance(native, dict):
+        return Usage.missing()
+    fields = [
+        counter(native.get("input_tokens")),
+        counter(native.get("cache_read_input_tokens")),
+        counter(native.get("cache_creation_input_tokens")),
+        counter(native.get("output_tokens")),
+    ]
+    models: dict[str, Usage] = {}
+    model_usage = obj.get("modelUsage")
+    if isinstance(model_usage, dict):
+        for name, m in model_usage.items():
+            if isinstance(m, dict):
+                models[str(name)] = Usage(
+                    input=counter(m.get("inputTokens")) or 0,
+                    cached=counter(m.get("cacheReadInputTokens")) or 0,
+                    cache_created=counter(m.get("cacheCreationInputTokens")) or 0,
+                    output=counter(m.get("outputTokens")) or 0,
+                )
+    return Usage(
+        input=fields[0] or 0,
+        cached=fields[1] or 0,
+        cache_created=fields[2] or 0,
+        output=fields[3] or 0,
+        models=models,
+        complete=fields[0] is not None and fields[3] is not None,
+    )
+
+
+def _rate_limit(obj: dict[str, Any]) -> list[AgentEvent]:
+    info = obj.get("rate_limit_info") or {}
+    status = info.get("status")
+    kind = _s(info.get("rateLimitType"))
+    reset_at = reset_from_epoch(info.get("resetsAt"))
+    if status == "rejected":
+        text = f"rate limit rejected ({kind or 'unknown'})"
+        return [AgentEvent("quota", text=text, reset_at=reset_at, code=kind, data=obj)]
+    if status == "allowed_warning":
+        return [AgentEvent("warning", text=f"rate limit warning ({kind or 'unknown'})", code=kind, data=obj)]
+    return []
+
+
+def _retry_text(obj: dict[str, Any]) -> str:
+    return (
+        f"API retry {obj.get('attempt', '?')}/{obj.get('max_retries', '?')}: "
+        f"{obj.get('error_status', '')} {obj.get('error', '')}".strip()
+    )
+
+
+def _s(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_QUOTA = re.compile(
+    r"usage_limit_reached|hit your (?:\S+ )?(?:\S+ )?limit|reached your specified API usage limits"
+    r"|credit balance is too low|billing_error|\brate[_ ]limit(?:ed)?\b|\b429\b|rate limit rejected"
+    r"|out of (?:extra )?usage|usage limit",
+    re.IGNORECASE,
+)
+_UNAVAILABLE = re.compile(
+    r"overloaded|\b529\b|API Error: 5\d\d|server_error|connection_failed|connection refused|ECONNREFUSED"
+    r"|unable to connect|ECONNRESET|ETIMEDOUT|fetch failed|socket hang up|\b50[0234]\b|service unavailable",
+    re.IGNORECASE,
+)
+_TRANSIENT = re.compile(r"^\s*API retry \d+/|retrying in|\bretry(?:ing)? attempt", re.IGNORECASE)
+
+
+def quota(text: str) -> bool:
+    """A TERMINAL usage or rate limit (a retry notice never matches)."""
+    return not _TRANSIENT.search(text) and _QUOTA.search(text) is not None
+
+
+def unavailable(text: str) -> bool:
+    """A terminal outage or connection failure (a retry notice never matches)."""
+    return not _TRANSIENT.search(text) and _UNAVAILABLE.search(text) is not None
+
+
+def credentials(variables: Mapping[str, str]) -> CredentialPlan:
+    return CredentialPlan(variables={k: v for k, v in variables.items() if k in CREDENTIAL_VARIABLES})
+
+
+def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
+    # Skip the first-run onboarding in a fresh private home; nothing here refers to a variable.
+    settings = {"hasCompletedOnboarding": True}
+    return AgentConfiguration(files={".claude.json": json.dumps(settings)})
+
+
+def project_dir(workspace: Path) -> str:
+    """Claude keeps sessions per project: the workspace path with every non-alphanumeric character as '-'."""
+    return re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
+
+
+def session_globs(conversation: str) -> list[str]:
+    return [f".claude/projects/*/{conversation}.jsonl"]
+
+
+def restore_path(conversation: str, captured: str, workspace: Path) -> str:
+    if captured.endswith(f"{conversation}.jsonl"):
+        return f".claude/projects/{project_dir(workspace)}/{conversation}.jsonl"
+    return captured
+
+
+def transcript_usage(text: str) -> Usage:
+    """Usage from a session JSONL: the assistant messages, each message id counted once."""
+    seen: dict[str, Usage] = {}
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or obj.get("type") != "assistant":
+            continue
+        message = obj.get("message") or {}
+        native = message.get("usage")
+        if not isinstance(native, dict) or message.get("model") == "<synthetic>":
+            continue
+        model = str(message.get("model") or "unknown")
+        usage = Usage(
+            input=counter(native.get("input_tokens")) or 0,
+            cached=counter(native.get("cache_read_input_tokens")) or 0,
+            cache_created=counter(native.get("cache_creation_input_tokens")) or 0,
+            output=counter(native.get("output_tokens")) or 0,
+        )
+        seen[str(message.get("id") or len(seen))] = Usage(
+            usage.input, usage.cached, usage.cache_created, usage.output, {model: usage}
+        )
+    total = Usage(complete=bool(seen))
+    for usage in seen.values():
+        total = total + usage
+    return total
+
+
+def claude_harness(*, executable: str | Path | None = None) -> Harness:
+    return Harness(
+        name="claude",
+        request_fn=request,
+        events=events,
+        quota=quota,
+        unavailable=unavailable,
+        requires_finished_event=True,
+        usage="events",
+        credentials=credentials,
+        configuration=configuration,
+        bootstrap=Bootstrap(PACKAGE, VERSION, "claude"),
+        resumable=True,
+        forkable=True,
+        live_input=True,
+        live_message=live_message,
+        session_globs=session_globs,
+        restore_path=restore_path,
+        transcript_usage=transcript_usage,
+        executable=str(executable) if executable is not None else None,
+        environment=ENVIRONMENT,
+    )

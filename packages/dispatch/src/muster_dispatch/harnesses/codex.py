@@ -1,0 +1,273 @@
+"""Codex: ``codex exec --json --skip-git-repo-check PROMPT`` and its JSONL thread events.
+
+Custom model servers are configured through a ``config.toml`` in the private ``CODEX_HOME`` (``<home>/.codex``),
+written from the agent variables (see ``configuration``):
+
+- ``MUSTER_CODEX_BASE_URL`` (e.g. ``http://127.0.0.1:PORT/v1``): defines the model provider ``muster``
+  (``wire_api = "responses"``, ``supports_websockets = false``) and selects it;
+- ``MUSTER_CODEX_ENV_KEY`` (default ``OPENAI_API_KEY``): the variable holding the key; it must be defined;
+- ``MUSTER_CODEX_MAX_RETRIES`` (default 1): ``request_max_retries`` and ``stream_max_retries``;
+- ``MUSTER_CODEX_IDLE_TIMEOUT_MS`` (default 30000): ``stream_idle_timeout_ms``;
+- ``MUSTER_CODEX_SANDBOX`` (optional): ``sandbox_mode`` (read-only | workspace-write | danger-full-access).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from muster_dispatch.errors import DispatchError
+from muster_dispatch.events import AgentEvent, raw
+from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.inputs import AgentInput
+from muster_dispatch.usage import Usage, counter
+
+PACKAGE = "@openai/codex"
+VERSION = "0.169.0"
+
+CREDENTIAL_VARIABLES = ("OPENAI_API_KEY", "CODEX_API_KEY")
+
+ENVIRONMENT = {"NO_COLOR": "1"}
+
+
+def request(input: AgentInput, model: str | None, program: str) -> Command:
+    args: list[str] = ["exec", "--json", "--skip-git-repo-check"]
+    if model:
+        args += ["--model", model]
+    if input.continuation is not None:
+        args += ["resume", input.continuation.conversation]
+    args.append(input.prompt)
+    return Command(program, tuple(args))
+
+
+def events(line: str) -> list[AgentEvent]:
+    """Decode one ``codex exec --json`` line; never raises."""
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return [raw(line)] if line.strip() else []
+    if not isinstance(obj, dict):
+        return [raw(line, obj)]
+    try:
+        return _decode(obj)
+    except Exception:  # a known type with an unexpected shape is still only a raw line
+        return [raw(line, obj)]
+
+
+def _decode(obj: dict[str, Any]) -> list[AgentEvent]:
+    kind = obj.get("type")
+    if kind in ("item.completed", "item.started", "item.updated"):
+        item = obj.get("item")
+        return _item(kind, item) if isinstance(item, dict) else [raw("", obj)]
+    if kind == "turn.completed":
+        return [AgentEvent("usage", usage=_usage(obj.get("usage"))), AgentEvent("finished")]
+    if kind == "turn.failed":
+        error = obj.get("error") or {}
+        message = error.get("message") if isinstance(error, dict) else None
+        return [
+            AgentEvent("failure", text=_s(message) or "turn failed", code="turn.failed", data=obj),
+            AgentEvent("finished", code="failed"),
+        ]
+    if kind == "thread.started":
+        return [AgentEvent("conversation", id=_s(obj.get("thread_id")), data=obj)]
+    if kind == "turn.started":
+        return []
+    if kind == "error":
+        message = _s(obj.get("message")) or ""
+        if _RETRY.search(message):
+            return [AgentEvent("retry", text=message, data=obj)]
+        return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
+    return [raw("", obj)]
+
+
+def _item(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    itype = item.get("type") or item.get("item_type")
+    item_id = _s(item.get("id"))
+    done = kind == "item.completed"
+    if itype in ("agent_message", "assistant_message"):
+        return [AgentEvent("text", text=_s(item.get("text")) or "", id=item_id)] if done else []
+    if itype == "reasoning":
+        return [AgentEvent("reasoning", text=_s(item.get("text")) or "", id=item_id)] if done else []
+    if itype == "command_execution":
+        if kind == "item.started":
+            return [AgentEvent("tool", id=item_id, name="shell", input={"command": item.get("command")})]
+        if done:
+            exit_code = item.get("exit_code")
+            failed = item.get("status") == "failed" or (isinstance(exit_code, int) and exit_code != 0)
+            return [
+                AgentEvent(
+                    "tool_result",
+                    id=item_id,
+                    name="shell",
+                    output=item.get("aggregated_output"),
+                    code="error" if failed else None,
+                    data={"exit_code": exit_code, "status": item.get("status")},
+                )
+            ]
+        return []
+    if itype == "file_change":
+        return [AgentEvent("file_change", id=item_id, data=item.get("changes"))] if done else []
+    if itype == "mcp_tool_call":
+        name = f"{item.get('server')}.{item.get('tool')}"
+        if kind == "item.started":
+            return [AgentEvent("tool", id=item_id, name=name, input=item.get("arguments"))]
+        if done:
+            code = "error" if item.get("error") or item.get("status") == "failed" else None
+            return [AgentEvent("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
+        return []
+    if itype == "web_search":
+        if kind == "item.started":
+            return [AgentEvent("tool", id=item_id, name="web_search", input={"query": item.get("query")})]
+        return [AgentEvent("tool_result", id=item_id, name="web_search", data=item)] if done else []
+    if itype == "error":
+        # A non-fatal notice: the turn goes on; `turn.failed` is the failure.
+        return [AgentEvent("warning", text=_s(item.get("message")) or "", id=item_id, data=item)] if done else []
+    if itype == "todo_list":
+        return [raw("", item)] if done else []
+    return [raw("", {"type": kind, "item": item})]
+
+
+def _usage(native: Any) -> Usage:
+    if not isinstance(native, dict):
+        return Usage.missing()
+    total_input = counter(native.get("input_tokens"))
+    cached = counter(native.get("cached_input_tokens")) or 0
+    created = counter(native.get("cache_write_input_tokens")) or 0
+    output = counter(native.get("output_tokens"))
+    fresh = max((total_input or 0) - cached - created, 0)
+    return Usage(
+        input=fresh,
+        cached=cached,
+        cache_created=created,
+        output=output or 0,
+        complete=total_input is not None and output is not None,
+    )
+
+
+def _s(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+_RETRY = re.compile(r"^\s*Reconnecting\.\.\.|\bretrying\b", re.IGNORECASE)
+_QUOTA = re.compile(
+    r"hit your usage limit|usage_limit_reached|quota exceeded|insufficient_quota"
+    r"|exceeded retry limit, last status: 429|429 Too Many Requests|rate limit",
+    re.IGNORECASE,
+)
+_UNAVAILABLE = re.compile(
+    r"high demand|at capacity|stream disconnected before completion|waiting for network|error sending request"
+    r"|connection refused|connection reset|failed to connect|dns error|server_error|internal server error"
+    r"|service unavailable|bad gateway|gateway timeout|overloaded|\b50[0234]\b|last status: 5\d\d",
+    re.IGNORECASE,
+)
+
+
+def quota(text: str) -> bool:
+    """A TERMINAL usage or rate limit ("Reconnecting... N/M" notices never match)."""
+    return not _RETRY.search(text) and _QUOTA.search(text) is not None
+
+
+def unavailable(text: str) -> bool:
+    """A terminal outage or connection failure ("Reconnecting... N/M" notices never match)."""
+    return not _RETRY.search(text) and _UNAVAILABLE.search(text) is not None
+
+
+def credentials(variables: Mapping[str, str]) -> CredentialPlan:
+    wanted = {*CREDENTIAL_VARIABLES, variables.get("MUSTER_CODEX_ENV_KEY", "OPENAI_API_KEY")}
+    return CredentialPlan(variables={k: v for k, v in variables.items() if k in wanted})
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
+    lines: list[str] = ['approval_policy = "never"']
+    sandbox = variables.get("MUSTER_CODEX_SANDBOX")
+    if sandbox:
+        if sandbox not in ("read-only", "workspace-write", "danger-full-access"):
+            raise DispatchError("configuration", f"MUSTER_CODEX_SANDBOX: unknown sandbox mode {sandbox!r}")
+        lines.append(f"sandbox_mode = {_toml(sandbox)}")
+    base_url = variables.get("MUSTER_CODEX_BASE_URL")
+    if base_url:
+        env_key = variables.get("MUSTER_CODEX_ENV_KEY", "OPENAI_API_KEY")
+        if env_key not in variables:
+            raise DispatchError(
+                "configuration",
+                f"MUSTER_CODEX_BASE_URL needs the key variable {env_key} (MUSTER_CODEX_ENV_KEY) to be defined",
+                {"field": env_key},
+            )
+        retries = _number(variables, "MUSTER_CODEX_MAX_RETRIES", "1")
+        idle = _number(variables, "MUSTER_CODEX_IDLE_TIMEOUT_MS", "30000")
+        lines.insert(0, 'model_provider = "muster"')
+        lines += [
+            "",
+            "[model_providers.muster]",
+            'name = "muster"',
+            f"base_url = {_toml(base_url)}",
+            'wire_api = "responses"',
+            f"env_key = {_toml(env_key)}",
+            f"request_max_retries = {retries}",
+            f"stream_max_retries = {retries}",
+            f"stream_idle_timeout_ms = {idle}",
+            "supports_websockets = false",
+        ]
+    return AgentConfiguration(files={".codex/config.toml": "\n".join(lines) + "\n"}, env={"CODEX_HOME": "~/.codex"})
+
+
+def _number(variables: Mapping[str, str], name: str, default: str) -> str:
+    value = variables.get(name, default)
+    if not value.isdigit():
+        raise DispatchError("configuration", f"{name} must be a non-negative integer", {"field": name})
+    return value
+
+
+def session_globs(conversation: str) -> list[str]:
+    return [f".codex/sessions/**/rollout-*{conversation}.jsonl"]
+
+
+def restore_path(conversation: str, captured: str, workspace: Path) -> str:
+    return captured  # codex finds a thread by id anywhere under sessions/
+
+
+def transcript_usage(text: str) -> Usage:
+    """The thread's running total from the last ``token_count`` event of a rollout file."""
+    last: Any = None
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        payload = obj.get("payload") if isinstance(obj, dict) else None
+        if isinstance(payload, dict) and payload.get("type") == "token_count":
+            info = payload.get("info")
+            if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
+                last = info["total_token_usage"]
+    return _usage(last)
+
+
+def codex_harness(*, executable: str | Path | None = None) -> Harness:
+    return Harness(
+        name="codex",
+        request_fn=request,
+        events=events,
+        quota=quota,
+        unavailable=unavailable,
+        requires_finished_event=True,
+        usage="events",
+        credentials=credentials,
+        configuration=configuration,
+        bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
+        resumable=True,
+        forkable=False,
+        live_input=False,
+        cumulative_usage=True,
+        session_globs=session_globs,
+        restore_path=restore_path,
+        transcript_usage=transcript_usage,
+        executable=str(executable) if executable is not None else None,
+        environment=ENVIRONMENT,
+    )

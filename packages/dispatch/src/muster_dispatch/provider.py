@@ -1,0 +1,219 @@
+"""The local sandbox provider: the CLI runs as a subprocess in the workspace, with a PRIVATE home per sandbox.
+
+Environment, lowest to highest: a minimal base (PATH, locale, TERM, HOME/TMPDIR in the private home), the harness
+defaults and configuration, the provider variables, ``<workspace>/.outpost/.env``, the agent variables. A name the
+provider and the agent both define is a ``configuration`` error. Variable values are never logged.
+
+Each process starts its own session (process group); a deadline or a cancel kills the whole group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from muster_dispatch.errors import DispatchError
+from muster_dispatch.harness import AgentConfiguration, Command
+
+_BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL")
+STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    id: str
+    workspace: Path
+    home: Path
+
+
+class LocalProcess:
+    """A running CLI: line streams, stdin, and a group kill."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pid = process.pid
+
+    @property
+    def stdout(self) -> asyncio.StreamReader:
+        assert self.process.stdout is not None
+        return self.process.stdout
+
+    @property
+    def stderr(self) -> asyncio.StreamReader:
+        assert self.process.stderr is not None
+        return self.process.stderr
+
+    async def write(self, text: str) -> None:
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            raise DispatchError("steering", "the turn no longer accepts input")
+        stdin.write(text.encode())
+        await stdin.drain()
+
+    def close_stdin(self) -> None:
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+
+    async def wait(self) -> int:
+        return await self.process.wait()
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    async def kill(self, grace: float = 1.0) -> None:
+        """SIGTERM the whole group, SIGKILL it after ``grace`` seconds; leaves no process of the group behind."""
+        self.signal_group(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+        self.signal_group(signal.SIGKILL)
+        await self.process.wait()
+
+    def sweep(self) -> None:
+        """After a normal exit: kill what the CLI left running in its group (helpers, servers)."""
+        self.signal_group(signal.SIGKILL)
+
+
+class LocalProvider:
+    kind = "local"
+
+    def __init__(self, root: Path | str, *, variables: Mapping[str, str] | None = None) -> None:
+        self.root = Path(root)
+        self.variables: dict[str, str] = dict(variables or {})
+        self._configured: set[tuple[str, str]] = set()
+
+    def sandbox(self, workspace: Path) -> Sandbox:
+        """One sandbox per workspace: its private home persists across turns of this provider (warm resume)."""
+        workspace = Path(workspace).resolve()
+        if not workspace.is_dir():
+            raise DispatchError("workspace", f"workspace {workspace} is not a directory", {"field": "workspace"})
+        key = hashlib.sha256(str(workspace).encode()).hexdigest()[:16]
+        home = self.root / key / "home"
+        (home / "tmp").mkdir(parents=True, exist_ok=True)
+        return Sandbox(key, workspace, home)
+
+    def configure(self, sandbox: Sandbox, agent: str, configuration: AgentConfiguration) -> None:
+        """Write the agent's configuration into the private home, once per sandbox and agent."""
+        if (sandbox.id, agent) in self._configured:
+            return
+        for rel, content in configuration.files.items():
+            target = _under(sandbox.home, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.suffix == ".json" and target.exists():
+                content = _merge_json(target.read_text(encoding="utf-8"), content)
+            target.write_text(content, encoding="utf-8")
+        for host, rel in configuration.host_files.items():
+            target = _under(sandbox.home, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(host, target)
+        self._configured.add((sandbox.id, agent))
+
+    def environment(
+        self,
+        sandbox: Sandbox,
+        *,
+        harness: Mapping[str, str] = {},
+        agent: Mapping[str, str] = {},
+    ) -> dict[str, str]:
+        conflicts = sorted(set(self.variables) & set(agent))
+        if conflicts:
+            raise DispatchError(
+                "configuration",
+                f"variables defined by both the sandbox provider and the agent: {', '.join(conflicts)}",
+                {"variables": conflicts},
+            )
+        env = {name: os.environ[name] for name in _BASE_NAMES if name in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.setdefault("LANG", "C.UTF-8")
+        env["TERM"] = "dumb"
+        env["HOME"] = str(sandbox.home)
+        env["TMPDIR"] = str(sandbox.home / "tmp")
+        for name, value in harness.items():
+            env[name] = str(sandbox.home / value[2:]) if value.startswith("~/") else value
+        env.update(self.variables)
+        env.update(read_dotenv(sandbox.workspace / ".outpost" / ".env"))
+        env.update(agent)
+        return env
+
+    async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                command.program,
+                *command.args,
+                cwd=sandbox.workspace,
+                env=dict(env),
+                stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=STREAM_LIMIT,
+            )
+        except OSError as exc:
+            raise DispatchError("process", f"cannot start {command.program}: {exc.strerror or exc}", cause=exc) from exc
+        handle = LocalProcess(process)
+        if command.stdin is not None:
+            # If the process died at once, its exit code and stderr tell why.
+            with contextlib.suppress(DispatchError, ConnectionError):
+                await handle.write(command.stdin)
+            if not command.keep_stdin:
+                handle.close_stdin()
+        return handle
+
+
+def local_provider(root: Path | str, *, variables: Mapping[str, str] | None = None) -> LocalProvider:
+    return LocalProvider(root, variables=variables)
+
+
+def _under(home: Path, rel: str) -> Path:
+    path = Path(rel)
+    if path.is_absolute() or ".." in path.parts:
+        raise DispatchError("configuration", f"configuration file must stay under the home: {rel!r}")
+    return home / path
+
+
+def _merge_json(existing: str, new: str) -> str:
+    try:
+        old = json.loads(existing)
+        update = json.loads(new)
+    except ValueError:
+        return new
+    if isinstance(old, dict) and isinstance(update, dict):
+        return json.dumps({**old, **update})
+    return new
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines (``export`` prefix, quotes, comments); a missing file is empty."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise DispatchError("workspace", f"cannot read {path.name}: {exc.strerror}", cause=exc) from exc
+    out: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise DispatchError("workspace", f".outpost/.env line {number}: expected NAME=value", {"line": number})
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        out[name] = value
+    return out

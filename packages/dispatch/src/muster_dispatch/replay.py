@@ -1,0 +1,117 @@
+"""Replay: serve recorded turns from a journal, in order, without running anything.
+
+Each dispatch in the journal (one ``scope.dispatch``) is one recorded turn: its input, its events, its steering and
+its result. ``divergence="fail"`` raises ``ReplayDivergence`` when the prompt differs; ``"warn"`` reports a
+``warning`` event and replays anyway. An exhausted journal always fails.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from muster_dispatch.errors import DispatchError
+from muster_dispatch.events import AgentEvent
+from muster_dispatch.journal import Journal
+from muster_dispatch.results import TurnResult
+
+Divergence = Literal["fail", "warn"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedTurn:
+    dispatch: str
+    agent: str
+    prompt: str
+    continuation: dict[str, Any] | None
+    live_input: bool
+    events: list[AgentEvent] = field(default_factory=list)
+    steering: list[str] = field(default_factory=list)
+    result: TurnResult | None = None
+
+
+class ReplayAgent:
+    kind: Literal["replay"] = "replay"
+    resumable = True
+    forkable = True
+
+    def __init__(self, turns: list[RecordedTurn], *, source: str, divergence: Divergence, name: str) -> None:
+        self.turns: tuple[RecordedTurn, ...] = tuple(turns)
+        self.source = source
+        self.divergence: Divergence = divergence
+        self.name = name
+        self._next = 0
+        self._lock = threading.Lock()
+
+    @property
+    def remaining_turns(self) -> int:
+        return len(self.turns) - self._next
+
+    def next_turn(self) -> RecordedTurn | None:
+        """Consume the next recorded turn (None when the journal is exhausted)."""
+        with self._lock:
+            if self._next >= len(self.turns):
+                return None
+            turn = self.turns[self._next]
+            self._next += 1
+            return turn
+
+    def pending_steering(self) -> list[str]:
+        """Steering recorded in the next turn, without consuming it."""
+        with self._lock:
+            return list(self.turns[self._next].steering) if self._next < len(self.turns) else []
+
+
+def replay_agent(
+    journal: Journal | Path | str, *, divergence: Divergence = "fail", name: str | None = None
+) -> ReplayAgent:
+    if divergence not in ("fail", "warn"):
+        raise DispatchError("configuration", "divergence is 'fail' or 'warn'", {"field": "divergence"})
+    if not isinstance(journal, Journal):
+        path = Path(journal)
+        if not path.exists():
+            raise DispatchError("replay", f"journal {path} does not exist", {"field": "journal"})
+        journal = Journal.load(path)
+    turns, source = recorded_turns(journal)
+    return ReplayAgent(turns, source=source, divergence=divergence, name=name or "replay")
+
+
+def recorded_turns(journal: Journal) -> tuple[list[RecordedTurn], str]:
+    """Group the journal by dispatch, in the order the dispatches started."""
+    order: list[str] = []
+    parts: dict[str, dict[str, Any]] = {}
+    sources: set[str] = set()
+    for obs in journal.observations():
+        if obs.source == "replay":
+            continue  # what a replay re-emitted is not a recording
+        key = str(obs.scope.get("dispatch", ""))
+        event = obs.event
+        etype = event.get("type")
+        if etype == "turn.input":
+            order.append(key)
+            sources.add(obs.source)
+            parts[key] = {
+                "agent": str(event.get("agent") or obs.scope.get("agent") or ""),
+                "prompt": str(event.get("prompt", "")),
+                "continuation": event.get("continuation") if isinstance(event.get("continuation"), dict) else None,
+                "live_input": bool(event.get("live_input")),
+                "events": [],
+                "steering": [],
+                "result": None,
+            }
+            continue
+        part = parts.get(key)
+        if part is None:
+            continue
+        if etype == "turn.steer":
+            part["steering"].append(str(event.get("text", "")))
+        elif etype == "turn.result":
+            result = event.get("result")
+            part["result"] = TurnResult.from_dict(result) if isinstance(result, dict) else None
+        else:
+            part["events"].append(AgentEvent.from_dict(event))
+    turns = [RecordedTurn(dispatch=key, **parts[key]) for key in order if parts[key]["result"] is not None]
+    source = "harness" if sources <= {"harness"} else "agent"
+    return turns, source

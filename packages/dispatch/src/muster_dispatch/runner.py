@@ -1,0 +1,527 @@
+"""``dispatch``: run one turn of an agent and stream its normalized events, then its TurnResult.
+
+The Dispatch starts on first use (iteration, ``result()``, ``steer()`` or ``cancel()``) inside the running event loop.
+Events are journaled and queued as they are decoded; ``result()`` waits for the end of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
+from muster_dispatch.bootstrap import ensure_cli
+from muster_dispatch.errors import DispatchError, ReplayDivergence
+from muster_dispatch.events import AgentEvent
+from muster_dispatch.faults import earliest, quota_fault, unavailable_fault
+from muster_dispatch.harness import Command
+from muster_dispatch.inputs import AgentInput, Continuation
+from muster_dispatch.journal import Journal
+from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
+from muster_dispatch.replay import ReplayAgent
+from muster_dispatch.results import Attempt, TurnResult
+from muster_dispatch.sessions import capture_conversation, conversation_usage, restore_conversation
+from muster_dispatch.turn import NO_SIGNALS, Signals, Stopped, TurnState
+from muster_dispatch.usage import Usage
+
+StopReason = Literal["timeout", "aborted", "steering"]
+READ_GRACE = 2.0  # seconds to drain the pipes after the CLI exited, before its group is swept
+
+
+def dispatch(
+    agent: DispatchAgent,
+    input: AgentInput,
+    *,
+    workspace: Path | str,
+    provider: LocalProvider | None = None,
+    deadline: float | None = None,
+    journal: Journal | None = None,
+) -> Dispatch:
+    """Dispatch one turn. ``deadline``: seconds from the start for the whole turn (fallback attempts included)."""
+    if not isinstance(input, AgentInput):
+        raise DispatchError("prompt", "input must be an AgentInput", {"field": "input"})
+    if deadline is not None and not deadline > 0:
+        raise DispatchError("configuration", "deadline must be a positive number of seconds", {"field": "deadline"})
+    if getattr(agent, "kind", None) not in ("cli", "custom", "replay", "fallback"):
+        raise DispatchError(
+            "configuration", "agent must come from cli_agent, custom_agent, replay_agent or fallback_agent"
+        )
+    return Dispatch(agent, input, workspace=Path(workspace), provider=provider, deadline=deadline, journal=journal)
+
+
+class Dispatch:
+    def __init__(
+        self,
+        agent: DispatchAgent,
+        input: AgentInput,
+        *,
+        workspace: Path,
+        provider: LocalProvider | None,
+        deadline: float | None,
+        journal: Journal | None,
+    ) -> None:
+        self.id = uuid.uuid4().hex
+        self.agent = agent
+        self.input = input
+        self.workspace = workspace
+        self.deadline = deadline
+        self.journal = journal
+        self._provider = provider
+        self._queue: asyncio.Queue[AgentEvent | None] | None = None
+        self._task: asyncio.Task[TurnResult] | None = None
+        self._deadline_at: float | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_reason: StopReason | None = None
+        self._canceled = False
+        self._steering: list[str] = []
+        self._process: LocalProcess | None = None
+        self._live: Any = None  # the live-message encoder while a live-input process runs
+        self._live_sent = 0
+        self._live_done = 0
+
+    # ------------------------------------------------------------------ public surface
+
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self
+
+    async def __anext__(self) -> AgentEvent:
+        self._start()
+        assert self._queue is not None
+        event = await self._queue.get()
+        if event is None:
+            self._queue.put_nowait(None)  # every later __anext__ ends too
+            raise StopAsyncIteration
+        return event
+
+    async def result(self) -> TurnResult:
+        """The TurnResult; raises ``ReplayDivergence`` when a replay diverges under ``"fail"`` or is exhausted."""
+        task = self._start()
+        return await asyncio.shield(task)
+
+    async def steer(self, text: str) -> None:
+        """Add a user message: through stdin with live input, else stop the turn and resume the conversation."""
+        if not isinstance(text, str) or not text.strip():
+            raise DispatchError("steering", "steering text must be non-empty", {"field": "text"})
+        task = self._start()
+        if task.done():
+            raise DispatchError("steering", "the turn is over")
+        self._record("turn.steer", {"text": text})
+        process = self._process
+        if self._live is not None and process is not None:
+            self._live_sent += 1
+            await process.write(self._live(text))
+            return
+        if not getattr(self._current_agent(), "resumable", False):
+            raise DispatchError("steering", f"{self.agent.name} cannot resume a conversation: steering needs it")
+        self._steering.append(text)
+        self._request_stop("steering")
+
+    async def cancel(self) -> None:
+        """Stop the turn (process group killed); the result is ``canceled`` with code ``aborted``."""
+        task = self._start()
+        if task.done():
+            return
+        self._canceled = True
+        self._request_stop("aborted")
+        with contextlib.suppress(Exception):
+            await asyncio.shield(task)
+
+    # ------------------------------------------------------------------ machinery
+
+    def _start(self) -> asyncio.Task[TurnResult]:
+        if self._task is None:
+            loop = asyncio.get_running_loop()
+            self._queue = asyncio.Queue()
+            self._stop = asyncio.Event()
+            self._deadline_at = loop.time() + self.deadline if self.deadline is not None else None
+            self._task = loop.create_task(self._main())
+        return self._task
+
+    def _current_agent(self) -> DispatchAgent:
+        return self._running if hasattr(self, "_running") else self.agent
+
+    def _request_stop(self, reason: StopReason) -> None:
+        if self._stop_reason != "aborted":
+            self._stop_reason = reason
+        assert self._stop is not None
+        self._stop.set()
+
+    def _record(
+        self, etype: str, payload: dict[str, Any], *, agent: str | None = None, source: str = "harness"
+    ) -> None:
+        if self.journal is not None:
+            scope = {"dispatch": self.id, "agent": agent or self.agent.name}
+            self.journal.record(source, scope, {"type": etype, **payload})
+
+    def _emit(self, event: AgentEvent, agent: DispatchAgent, source: str) -> None:
+        if self.journal is not None:
+            self.journal.record(source, {"dispatch": self.id, "agent": agent.name}, event.to_dict())
+        assert self._queue is not None
+        self._queue.put_nowait(event)
+
+    async def _main(self) -> TurnResult:
+        owned_root: Path | None = None
+        try:
+            if self._provider is None:
+                owned_root = Path(tempfile.mkdtemp(prefix="muster-dispatch-"))
+                self._provider = LocalProvider(owned_root)
+            continuation = self.input.continuation
+            self._record(
+                "turn.input",
+                {
+                    "agent": self.agent.name,
+                    "prompt": self.input.prompt,
+                    "continuation": {"conversation": continuation.conversation, "fork": continuation.fork}
+                    if continuation
+                    else None,
+                    "live_input": self.input.live_input,
+                },
+                source="replay" if self.agent.kind == "replay" else "harness",
+            )
+            if isinstance(self.agent, FallbackAgent):
+                result = await self._run_fallback(self.agent)
+            else:
+                result = await self._run_agent(self.agent, self.input)
+                attempt = _attempt(self.agent, result)
+                result = replace(
+                    result, attempts=result.attempts or [attempt], selected=result.selected or self.agent.name
+                )
+            self._record(
+                "turn.result",
+                {"result": result.to_dict()},
+                source="replay" if self.agent.kind == "replay" else "harness",
+            )
+            return result
+        finally:
+            if owned_root is not None:
+                shutil.rmtree(owned_root, ignore_errors=True)
+            assert self._queue is not None
+            self._queue.put_nowait(None)
+
+    def _time_left(self) -> float | None:
+        if self._deadline_at is None:
+            return None
+        return max(self._deadline_at - asyncio.get_running_loop().time(), 0.0)
+
+    async def _run_agent(self, agent: DispatchAgent, input: AgentInput) -> TurnResult:
+        self._running = agent
+        if self._canceled:
+            return _failed(DispatchError("aborted", "the turn was canceled"))
+        if isinstance(agent, CliAgent):
+            return await self._run_cli(agent, input)
+        if isinstance(agent, CustomAgent):
+            return await self._run_custom(agent, input)
+        if isinstance(agent, ReplayAgent):
+            return await self._run_replay(agent, input)
+        return _failed(DispatchError("configuration", "a fallback agent cannot be a candidate"))
+
+    # ------------------------------------------------------------------ fallback
+
+    async def _run_fallback(self, agent: FallbackAgent) -> TurnResult:
+        attempts: list[Attempt] = []
+        usage: Usage | None = None
+        result: TurnResult | None = None
+        selected = agent.agents[0]
+        events = 0
+        for index, candidate in enumerate(agent.agents):
+            selected = candidate
+            # A conversation id belongs to one CLI: later candidates get the original brief only.
+            candidate_input = self.input if index == 0 else AgentInput(self.input.prompt)
+            result = await self._run_agent(candidate, candidate_input)
+            attempts.append(_attempt(candidate, result))
+            events += result.events
+            usage = result.usage if usage is None else usage + result.usage
+            trigger = _trigger(result.error, agent.on)
+            if trigger is None or index == len(agent.agents) - 1:
+                break
+            following = agent.agents[index + 1]
+            assert result.error is not None
+            self._emit(
+                AgentEvent("fallback", text=result.error.message, name=following.name, code=trigger, id=candidate.name),
+                candidate,
+                "harness",
+            )
+        assert result is not None and usage is not None
+        error = result.error
+        if error is not None and all(a.error is not None and a.error.code == "quota" for a in attempts):
+            resets = [f.reset_at if (f := quota_fault(a.error)) else None for a in attempts]
+            reset_at = earliest(resets)
+            details: dict[str, Any] = {"attempts": len(attempts)}
+            if reset_at is not None:
+                details["reset_at"] = reset_at.isoformat()
+            error = DispatchError("quota", "every candidate hit its usage limit: " + error.message, details)
+        return replace(
+            result,
+            usage=usage,
+            error=error,
+            attempts=attempts,
+            selected=selected.name,
+            events=events,
+        )
+
+    # ------------------------------------------------------------------ replay
+
+    async def _run_replay(self, agent: ReplayAgent, input: AgentInput) -> TurnResult:
+        turn = agent.next_turn()
+        if turn is None:
+            raise ReplayDivergence("the replay journal is exhausted", {"reason": "exhausted"})
+        if turn.prompt != input.prompt:
+            details: dict[str, Any] = {"reason": "prompt", "expected": turn.prompt, "actual": input.prompt}
+            if agent.divergence == "fail":
+                raise ReplayDivergence("the prompt differs from the recorded turn", details)
+            self._emit(
+                AgentEvent(
+                    "warning", text="replay: the prompt differs from the recorded turn", code="prompt", data=details
+                ),
+                agent,
+                "replay",
+            )
+        recorded_conv = (turn.continuation or {}).get("conversation")
+        actual_conv = input.continuation.conversation if input.continuation else None
+        if recorded_conv != actual_conv:
+            # Only a notice: a conversation id is an artefact of the recording, the prompt is the contract.
+            details = {"reason": "continuation", "expected": recorded_conv, "actual": actual_conv}
+            self._emit(
+                AgentEvent("warning", text="replay: the continuation differs", code="continuation", data=details),
+                agent,
+                "replay",
+            )
+        for event in turn.events:
+            self._emit(event, agent, "replay")
+            await asyncio.sleep(0)
+        assert turn.result is not None
+        return turn.result
+
+    # ------------------------------------------------------------------ custom
+
+    async def _run_custom(self, agent: CustomAgent, input: AgentInput) -> TurnResult:
+        state = TurnState(NO_SIGNALS)
+        context = CustomContext(self.workspace, self._time_left())
+
+        async def consume() -> None:
+            item: object
+            async for item in agent.fn(input, context):
+                event = item if isinstance(item, AgentEvent) else AgentEvent("raw", data=repr(item))
+                state.observe(event)
+                self._emit(event, agent, "agent")
+
+        task = asyncio.ensure_future(consume())
+        stopped = await self._supervise(task)
+        if stopped is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            return state.conclude(exit_code=None, stopped=_as_stopped(stopped))
+        error = task.exception()
+        if isinstance(error, DispatchError):
+            return replace(state.conclude(exit_code=None), status="failed", error=error)
+        if error is not None:
+            return replace(
+                state.conclude(exit_code=None),
+                status="failed",
+                error=DispatchError("process", f"custom agent raised {type(error).__name__}: {error}", cause=error),
+            )
+        return state.conclude(exit_code=None)
+
+    async def _supervise(self, task: asyncio.Future[Any]) -> StopReason | None:
+        """Wait for ``task``, a stop request or the deadline; which one stopped the turn (None: it ended)."""
+        assert self._stop is not None
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            done, _ = await asyncio.wait({task, stop}, timeout=self._time_left(), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if task in done:
+            return None
+        if stop in done:
+            return self._stop_reason or "aborted"
+        return "timeout"
+
+    # ------------------------------------------------------------------ CLI
+
+    async def _run_cli(self, agent: CliAgent, input: AgentInput) -> TurnResult:
+        harness = agent.harness
+        continuation = input.continuation
+        # Refusals that need no sandbox come first.
+        if continuation is not None and not harness.resumable:
+            return _failed(DispatchError("session", f"{harness.name} cannot resume a conversation"))
+        if continuation is not None and continuation.fork and not harness.forkable:
+            return _failed(DispatchError("session", f"{harness.name} cannot fork a conversation"))
+        if input.live_input and not harness.live_input:
+            return _failed(DispatchError("configuration", f"{harness.name} has no live-input protocol"))
+        provider = self._provider
+        assert provider is not None
+        try:
+            sandbox = provider.sandbox(self.workspace)
+            env = self._environment(agent, provider, sandbox)
+            executable = await asyncio.to_thread(ensure_cli, harness)
+            if continuation is not None:
+                restore_conversation(agent, sandbox, continuation.conversation)
+        except DispatchError as exc:
+            return _failed(exc)
+        signals = Signals(harness.quota, harness.unavailable, harness.requires_finished_event)
+        usage: Usage | None = None
+        events = 0
+        leg = input
+        while True:
+            state = TurnState(signals)
+            before: Usage | None = None
+            if harness.cumulative_usage and leg.continuation is not None:
+                before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
+            exit_code, stopped = await self._run_process(
+                agent, agent.request(leg, executable=str(executable)), sandbox, env, state
+            )
+            events += state.events
+            if before is not None and state.usage is not None:
+                state.usage = state.usage.minus(before)
+            usage = state.usage if usage is None else usage + (state.usage or Usage.missing())
+            if stopped == "steering" and self._steering and not self._canceled:
+                conversation = state.conversation or (leg.continuation.conversation if leg.continuation else None)
+                if conversation is None:
+                    result = state.conclude(exit_code=exit_code)
+                    result = replace(
+                        result, status="failed", error=DispatchError("steering", "no conversation to resume")
+                    )
+                    break
+                text = "\n\n".join(self._steering)
+                self._steering.clear()
+                assert self._stop is not None
+                self._stop.clear()
+                self._stop_reason = None
+                leg = AgentInput(text, Continuation(conversation))
+                continue
+            result = state.conclude(exit_code=exit_code, stopped=_as_stopped(stopped) if stopped else None)
+            break
+        result = replace(result, usage=usage or Usage.missing(), events=events)
+        if agent.capture and agent.storage is not None and result.conversation:
+            try:
+                capture_conversation(agent, sandbox, result.conversation)
+            except (DispatchError, OSError) as exc:
+                self._emit(
+                    AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session"), agent, "harness"
+                )
+        return result
+
+    def _environment(self, agent: CliAgent, provider: LocalProvider, sandbox: Sandbox) -> dict[str, str]:
+        from muster_dispatch.provider import read_dotenv
+
+        harness = agent.harness
+        visible = {**provider.variables, **read_dotenv(sandbox.workspace / ".outpost" / ".env"), **agent.variables}
+        harness.credentials(visible)  # validates; a local provider passes the variables themselves
+        configuration = harness.configuration(visible)
+        provider.configure(sandbox, harness.name, configuration)
+        return provider.environment(
+            sandbox, harness={**harness.environment, **configuration.env}, agent=agent.variables
+        )
+
+    async def _run_process(
+        self, agent: CliAgent, command: Command, sandbox: Sandbox, env: dict[str, str], state: TurnState
+    ) -> tuple[int | None, StopReason | None]:
+        provider = self._provider
+        assert provider is not None
+        harness = agent.harness
+        try:
+            process = await provider.start(command, sandbox, env)
+        except DispatchError as exc:
+            state.observe(AgentEvent("failure", text=exc.message, code="process"))
+            return None, None
+        self._process = process
+        live = command.keep_stdin and harness.live_message is not None
+        if live:
+            self._live = harness.live_message
+            self._live_sent, self._live_done = 1, 0
+
+        async def read_stdout() -> None:
+            decode = harness.events
+            readline = process.stdout.readline
+            while True:
+                raw = await readline()
+                if not raw:
+                    return
+                for event in decode(raw.decode("utf-8", "replace").rstrip("\r\n")):
+                    state.observe(event)
+                    self._emit(event, agent, "harness")
+                    if live and event.type == "finished":
+                        self._live_done += 1
+                        if self._live_done >= self._live_sent:
+                            # Every message sent has its result: closing stdin lets the CLI end the turn.
+                            self._live = None
+                            process.close_stdin()
+
+        async def read_stderr() -> None:
+            while True:
+                raw = await process.stderr.readline()
+                if not raw:
+                    return
+                event = AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n"))
+                state.observe(event)
+                self._emit(event, agent, "harness")
+
+        readers = asyncio.gather(read_stdout(), read_stderr())
+
+        async def run() -> int:
+            code = await process.wait()
+            try:
+                await asyncio.wait_for(asyncio.shield(readers), READ_GRACE)
+            except TimeoutError:
+                process.sweep()  # a child kept the pipes open
+                await readers
+            process.sweep()
+            return code
+
+        task = asyncio.ensure_future(run())
+        stopped = await self._supervise(task)
+        try:
+            if stopped is None:
+                return task.result(), None
+            await process.kill()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, READ_GRACE + 1)
+            if not task.done():
+                task.cancel()
+                readers.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+            self._emit(AgentEvent("stopped", code="aborted" if stopped == "aborted" else stopped), agent, "harness")
+            return process.process.returncode, stopped
+        finally:
+            self._process = None
+            self._live = None
+
+
+def _as_stopped(reason: StopReason) -> Stopped:
+    return "timeout" if reason == "timeout" else "aborted"
+
+
+def _failed(error: DispatchError) -> TurnResult:
+    status: Literal["failed", "canceled"] = "canceled" if error.code == "aborted" else "failed"
+    return TurnResult(status=status, text=None, usage=Usage.missing(), error=error)
+
+
+def _attempt(agent: DispatchAgent, result: TurnResult) -> Attempt:
+    return Attempt(
+        agent=agent.name,
+        kind=agent.kind,
+        status=result.status,
+        usage=result.usage,
+        conversation=result.conversation,
+        error=result.error,
+        text=result.text,
+    )
+
+
+def _trigger(error: DispatchError | None, on: frozenset[str]) -> str | None:
+    if error is None:
+        return None
+    if "quota" in on and error.code == "quota":
+        return "quota"
+    if "unavailable" in on and unavailable_fault(error) is not None:
+        return "unavailable"
+    return None

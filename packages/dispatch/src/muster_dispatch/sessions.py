@@ -1,0 +1,57 @@
+"""Move a harness's native session files between a private home and a ConversationStore."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from muster_dispatch.provider import Sandbox
+from muster_dispatch.usage import Usage
+
+if TYPE_CHECKING:
+    from muster_dispatch.agents import CliAgent
+
+
+def session_files(agent: CliAgent, sandbox: Sandbox, conversation: str) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for pattern in agent.harness.session_globs(conversation):
+        for path in sorted(sandbox.home.glob(pattern)):
+            if path.is_file():
+                found[str(path.relative_to(sandbox.home))] = path.read_bytes()
+    return found
+
+
+def conversation_usage(agent: CliAgent, sandbox: Sandbox, conversation: str) -> Usage | None:
+    """The usage recorded so far in the conversation's session files (None when unknown)."""
+    reader = agent.harness.transcript_usage
+    if reader is None:
+        return None
+    files = session_files(agent, sandbox, conversation)
+    if not files:
+        return None
+    text = "\n".join(content.decode("utf-8", "replace") for content in files.values())
+    return reader(text)
+
+
+def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+    """Store the conversation's session files; False when the CLI wrote none."""
+    if agent.storage is None:
+        return False
+    files = session_files(agent, sandbox, conversation)
+    if not files:
+        return False
+    agent.storage.capture(agent.harness.name, conversation, files)
+    return True
+
+
+def restore_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+    """Cold resume: write the stored session into this home unless the home already has it (warm)."""
+    if agent.storage is None or session_files(agent, sandbox, conversation):
+        return False
+    files = agent.storage.restore(agent.harness.name, conversation)
+    if not files:
+        return False
+    for rel, content in files.items():
+        target = sandbox.home / agent.harness.restore_path(conversation, rel, sandbox.workspace)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return True
