@@ -1,5 +1,81 @@
 """REST routes of the a2a capability."""
 
-from fastapi import APIRouter
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from muster_a2a import AgentSet, AgentStatus, CallRecord, Collision, UnknownCallError
+from muster_api.a2a.component import A2AState
 
 router = APIRouter(prefix="/a2a", tags=["a2a"])
+
+
+class AgentsOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agents: list[AgentStatus]
+    collisions: list[Collision]
+    skipped: dict[str, str]
+
+
+class CallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = Field(min_length=1, max_length=100_000)
+    wait: bool = Field(default=True, description="false: answer 202 with the stored call at once and follow it")
+
+
+class CallOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call_id: str
+    text: str
+    is_error: bool
+    metadata: dict[str, Any]
+
+
+def _state(request: Request) -> A2AState:
+    state: A2AState = request.app.state.a2a
+    return state
+
+
+def _agents_out(agents: AgentSet) -> AgentsOut:
+    return AgentsOut(
+        agents=[agents.status[name] for name in sorted(agents.status)],
+        collisions=agents.collisions,
+        skipped=agents.skipped,
+    )
+
+
+@router.get("/agents")
+async def list_agents(request: Request) -> AgentsOut:
+    return _agents_out(_state(request).agents)
+
+
+@router.post("/reload")
+async def reload_agents(request: Request) -> AgentsOut:
+    return _agents_out(await _state(request).reload())
+
+
+@router.post("/tools/{tool_name}/call", response_model=None)
+async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut | JSONResponse:
+    state = _state(request)
+    tool = state.agents.tool(tool_name)
+    if not body.wait:
+        record = await state.start(tool, body.task)
+        return JSONResponse(record.model_dump(mode="json"), status_code=202)
+    record = await state.call(tool, body.task)
+    assert record.result is not None
+    return CallOut(call_id=record.id, **record.result.model_dump())
+
+
+@router.get("/calls/{call_id}")
+async def get_call(call_id: str, request: Request) -> CallRecord:
+    record = await _state(request).store.get(call_id)
+    if record is None:
+        raise UnknownCallError(call_id)
+    return record

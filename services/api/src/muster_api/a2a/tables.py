@@ -1,5 +1,31 @@
 """SQL tables of the a2a capability (all on the one service MetaData)."""
 
-from muster_api.db.schema import metadata
+from __future__ import annotations
 
-__all__ = ["metadata"]
+from sqlalchemy import Boolean, Column, Integer, String, Table, Text
+
+from muster_api.db.schema import JSONDocument, UTCDateTime, metadata
+
+# One row per tool call: the remote task handle (agent, task id, context id, dialect, last state) is written before
+# the call is followed, so that a restart can resume it with GetTask. `done` (indexed) says the result is final;
+# a JSON column cannot tell SQL NULL from JSON null portably, so it is not used for that.
+calls = Table(
+    "a2a_calls",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("agent", String(200), nullable=False),
+    Column("tool", String(64), nullable=False),
+    Column("task", Text, nullable=False),
+    Column("task_id", String(200), nullable=True),
+    Column("context_id", String(200), nullable=True),
+    Column("dialect", String(40), nullable=True),
+    Column("state", String(40), nullable=False),
+    Column("polls", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("done", Boolean, nullable=False, index=True),
+    Column("result", JSONDocument, nullable=True),
+)
+
+__all__ = ["calls", "metadata"]
