@@ -20,7 +20,7 @@ from muster_mesh.errors import InvalidRequest
 log = logging.getLogger("muster.mesh.wake")
 
 WAKE_TEMPLATE = "[auto-wake #2540] Hay {count} mensajes de Agent Mesh; llamá agent_inbox"
-PANE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:%@-]{0,127}$")
+PANE_ID = re.compile(r"^[A-Za-z0-9%][A-Za-z0-9_.:%@-]{0,127}$")
 DEFAULT_MIN_INTERVAL = 30.0
 
 Runner = Callable[[Sequence[str]], Awaitable[int]]
