@@ -1,0 +1,184 @@
+"""Hand-written lines: the shapes the captures did not cover, and lines that must never break decoding."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from muster_dispatch import AgentEvent, Usage, claude_harness, codex_harness, decode_transcript
+
+CLAUDE = claude_harness()
+CODEX = codex_harness()
+
+
+@pytest.mark.parametrize("harness", [CLAUDE, CODEX], ids=["claude", "codex"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Reading additional input from stdin...",
+        "{not json",
+        "[1, 2, 3]",
+        '"a string"',
+        "null",
+        '{"type": "brand_new_event", "x": 1}',
+        '{"no_type": true}',
+        '{"type": "assistant", "message": "not an object"}',
+        '{"type": "item.completed", "item": 42}',
+        '{"type": "result", "usage": [1]}',
+        "\udcff\x00",
+    ],
+)
+def test_unknown_or_broken_lines_become_raw(harness, line: str) -> None:  # type: ignore[no-untyped-def]
+    events = harness.events(line)
+    assert all(isinstance(e, AgentEvent) for e in events)
+    assert events == [] or all(e.type in ("raw", "result", "usage", "finished", "text") for e in events)
+
+
+def test_blank_line_is_no_event() -> None:
+    assert CLAUDE.events("") == []
+    assert CODEX.events("   ") == []
+
+
+def test_non_json_keeps_its_text_and_unknown_json_keeps_its_object() -> None:
+    assert CLAUDE.events("hello there") == [AgentEvent("raw", text="hello there")]
+    (event,) = CODEX.events('{"type": "future.thing", "n": 1}')
+    assert event.type == "raw" and event.data == {"type": "future.thing", "n": 1}
+
+
+def test_claude_result_is_error_with_subtype_success_is_a_failure() -> None:
+    line = json.dumps(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": True,
+            "result": "API Error: 500 boom",
+            "session_id": "s1",
+            "usage": {"input_tokens": 5, "output_tokens": 0},
+        }
+    )
+    types = [e.type for e in CLAUDE.events(line)]
+    assert types == ["usage", "result", "failure", "finished"]
+    result = decode_transcript(CLAUDE, [line], exit_code=0)
+    assert result.status == "failed" and result.error is not None and result.error.code == "process"
+    assert result.error.details.get("unavailable") is True
+
+
+def test_claude_without_result_line_fails_even_on_exit_zero() -> None:
+    init = json.dumps({"type": "system", "subtype": "init", "session_id": "s1", "model": "m"})
+    text = json.dumps({"type": "assistant", "message": {"id": "m1", "content": [{"type": "text", "text": "hi"}]}})
+    result = decode_transcript(CLAUDE, [init, text], exit_code=0)
+    assert result.status == "failed" and result.error is not None and result.error.code == "process"
+    assert "final event" in result.error.message
+    assert result.conversation == "s1" and result.text == "hi"
+    assert result.usage.complete is False
+
+
+def test_claude_rate_limit_event_rejected_is_a_quota_event_with_reset() -> None:
+    line = json.dumps(
+        {"type": "rate_limit_event", "rate_limit_info": {"status": "rejected", "resetsAt": 1893456000000}}
+    )
+    (event,) = CLAUDE.events(line)
+    assert event.type == "quota" and event.reset_at is not None
+    assert event.reset_at.isoformat() == "2030-01-01T00:00:00+00:00"
+    assert CLAUDE.events(json.dumps({"type": "rate_limit_event", "rate_limit_info": {"status": "allowed"}})) == []
+
+
+def test_claude_rejected_rate_limit_then_failure_is_quota_even_with_unknown_text() -> None:
+    lines = [
+        json.dumps({"type": "rate_limit_event", "rate_limit_info": {"status": "rejected", "resetsAt": 1893456000}}),
+        json.dumps({"type": "result", "subtype": "success", "is_error": True, "result": "something odd"}),
+    ]
+    result = decode_transcript(CLAUDE, lines, exit_code=1)
+    assert result.error is not None and result.error.code == "quota"
+    assert result.error.details["reset_at"] == "2030-01-01T00:00:00+00:00"
+
+
+def test_claude_rejected_rate_limit_on_a_successful_turn_is_not_a_fault() -> None:
+    lines = [
+        json.dumps({"type": "rate_limit_event", "rate_limit_info": {"status": "rejected"}}),
+        json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "done", "usage": {}}),
+    ]
+    assert decode_transcript(CLAUDE, lines, exit_code=0).status == "completed"
+
+
+def test_claude_thinking_tool_use_and_file_change_blocks() -> None:
+    line = json.dumps(
+        {
+            "type": "assistant",
+            "message": {
+                "id": "m1",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm"},
+                    {"type": "tool_use", "id": "t1", "name": "Write", "input": {"file_path": "/w/a.txt"}},
+                ],
+            },
+        }
+    )
+    events = CLAUDE.events(line)
+    assert [e.type for e in events] == ["reasoning", "tool", "file_change"]
+    assert events[2].data == {"path": "/w/a.txt"}
+
+
+def test_claude_partial_messages_give_text_deltas() -> None:
+    line = json.dumps(
+        {
+            "type": "stream_event",
+            "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "He"}},
+        }
+    )
+    assert CLAUDE.events(line) == [AgentEvent("text_delta", text="He")]
+
+
+def test_codex_error_item_is_a_warning_not_a_failure() -> None:
+    lines = [
+        '{"type":"thread.started","thread_id":"t1"}',
+        '{"type":"item.completed","item":{"id":"i0","type":"error","message":"model fell back"}}',
+        '{"type":"item.completed","item":{"id":"i1","type":"agent_message","text":"ok"}}',
+        '{"type":"turn.completed","usage":{"input_tokens":10,"cached_input_tokens":4,"output_tokens":2}}',
+    ]
+    result = decode_transcript(CODEX, lines, exit_code=0)
+    assert result.status == "completed" and result.text == "ok"
+    assert CODEX.events(lines[1])[0].type == "warning"
+    assert result.usage == Usage(input=6, cached=4, output=2)
+
+
+def test_codex_old_item_type_and_assistant_message_names() -> None:
+    line = '{"type":"item.completed","item":{"id":"i1","item_type":"assistant_message","text":"old"}}'
+    assert CODEX.events(line) == [AgentEvent("text", text="old", id="i1")]
+
+
+def test_codex_cache_write_tokens_are_cache_created() -> None:
+    line = json.dumps(
+        {
+            "type": "turn.completed",
+            "usage": {
+                "input_tokens": 100,
+                "cached_input_tokens": 30,
+                "cache_write_input_tokens": 20,
+                "output_tokens": 5,
+            },
+        }
+    )
+    usage = CODEX.events(line)[0].usage
+    assert usage == Usage(input=50, cached=30, cache_created=20, output=5)
+
+
+def test_codex_turn_failed_is_the_failure_and_reconnecting_is_a_retry() -> None:
+    lines = [
+        '{"type":"error","message":"Reconnecting... 1/5 (stream disconnected before completion)"}',
+        '{"type":"turn.failed","error":{"message":"unexpected status 401 Unauthorized"}}',
+    ]
+    assert CODEX.events(lines[0])[0].type == "retry"
+    result = decode_transcript(CODEX, lines, exit_code=1)
+    assert result.error is not None and result.error.code == "process"
+    # The retry notice mentioned a disconnect; only terminal texts decide an outage.
+    assert "unavailable" not in result.error.details
+
+
+def test_codex_file_change_and_mcp_items() -> None:
+    change = '{"type":"item.completed","item":{"id":"f","type":"file_change","changes":[{"path":"a","kind":"add"}]}}'
+    (event,) = CODEX.events(change)
+    assert event.type == "file_change" and event.data == [{"path": "a", "kind": "add"}]
+    start = '{"type":"item.started","item":{"id":"m","type":"mcp_tool_call","server":"s","tool":"t","arguments":{}}}'
+    assert CODEX.events(start)[0].name == "s.t"

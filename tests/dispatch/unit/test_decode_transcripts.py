@@ -1,0 +1,115 @@
+"""Decoding the REAL output of the pinned CLIs, captured against the fake model servers."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster_dispatch import claude_harness, codex_harness, decode_transcript, quota_fault, unavailable_fault
+from tests.dispatch.unit.support import TRANSCRIPTS, meta, transcript
+
+# name: (status, error code, unavailable, text starts with, input, output)
+EXPECTED: dict[str, tuple[str, str | None, bool, str, int, int]] = {
+    "claude-plain": ("completed", None, False, "Hello from the fake model.", 120, 30),
+    "claude-tool": ("completed", None, False, "The command printed it.", 240, 60),
+    "claude-transient": ("completed", None, False, "Recovered after retries.", 120, 30),
+    "claude-live-input": ("completed", None, False, "Answer two.", 240, 60),
+    "claude-auth": ("failed", "process", False, "Invalid API key", 0, 0),
+    "claude-ratelimit": ("failed", "quota", False, "API Error: Request rejected (429)", 0, 0),
+    "claude-usage-limit": ("failed", "quota", False, "You've hit your 5-hour limit", 0, 0),
+    "claude-overloaded": ("failed", "process", True, "API Error: Repeated 529", 0, 0),
+    "claude-server-error": ("failed", "process", True, "API Error: 500", 0, 0),
+    "claude-network-down": ("failed", "process", True, "API Error: Connection refused", 0, 0),
+    "codex-plain": ("completed", None, False, "Hello from the fake model.", 120, 30),
+    "codex-tool": ("completed", None, False, "The command printed it.", 240, 60),
+    "codex-transient": ("completed", None, False, "Recovered after retries.", 120, 30),
+    "codex-auth": ("failed", "process", False, "", 0, 0),
+    "codex-ratelimit": ("failed", "quota", False, "", 0, 0),
+    "codex-usage-limit": ("failed", "quota", False, "", 0, 0),
+    "codex-insufficient-quota": ("failed", "quota", False, "", 0, 0),
+    "codex-overloaded": ("failed", "process", True, "", 0, 0),
+    "codex-server-error": ("failed", "process", True, "", 0, 0),
+}
+
+
+def _decode(name: str):  # type: ignore[no-untyped-def]
+    info = meta(name)
+    harness = claude_harness() if name.startswith("claude") else codex_harness()
+    stderr = info.get("stderr") or []
+    assert isinstance(stderr, list)
+    exit_code = info.get("exit_code")
+    assert exit_code is None or isinstance(exit_code, int)
+    return decode_transcript(harness, transcript(name), stderr_lines=stderr, exit_code=exit_code)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in EXPECTED if (TRANSCRIPTS / f"{n}.jsonl").exists()))
+def test_transcript_outcome(name: str) -> None:
+    status, code, unavailable, text, tokens_in, tokens_out = EXPECTED[name]
+    result = _decode(name)
+    assert result.status == status
+    assert (result.error.code if result.error else None) == code
+    assert (unavailable_fault(result.error) is not None) == unavailable
+    assert (result.text or "").startswith(text)
+    assert (result.usage.input, result.usage.output) == (tokens_in, tokens_out)
+    assert result.conversation  # every captured turn announced its session / thread
+
+
+def test_claude_usage_limit_reset_time_and_message() -> None:
+    fault = quota_fault(_decode("claude-usage-limit").error)
+    assert fault is not None
+    assert fault.message.startswith("You've hit your 5-hour limit")
+    assert fault.reset_at is not None and fault.reset_at.isoformat() == "2030-01-01T00:00:00+00:00"
+
+
+def test_codex_usage_limit_reset_time_from_curly_apostrophe_message() -> None:
+    fault = quota_fault(_decode("codex-usage-limit").error)
+    assert fault is not None
+    assert fault.message.startswith("You’ve hit your usage limit")
+    assert fault.reset_at is not None and fault.reset_at.isoformat() == "2030-01-01T00:00:00+00:00"
+
+
+def test_claude_transient_retries_are_retry_events_not_failures() -> None:
+    events = [e for line in transcript("claude-transient") for e in claude_harness().events(line)]
+    assert any(e.type == "retry" for e in events)
+    assert not any(e.type == "failure" for e in events)
+
+
+def test_codex_transient_reconnecting_is_a_retry() -> None:
+    events = [e for line in transcript("codex-transient") for e in codex_harness().events(line)]
+    retries = [e for e in events if e.type == "retry"]
+    assert retries and retries[0].text is not None and retries[0].text.startswith("Reconnecting...")
+    assert not any(e.type == "failure" for e in events)
+
+
+def test_codex_network_down_never_finishes() -> None:
+    """The capture was killed at a timeout: without `turn.completed` the turn is a failure, never a success."""
+    result = _decode("codex-network-down")
+    assert result.status == "failed"
+    events = [e for line in transcript("codex-network-down") for e in codex_harness().events(line)]
+    assert events and all(e.type in ("conversation", "retry", "raw") for e in events)
+
+
+def test_claude_tool_call_and_result_events() -> None:
+    events = [e for line in transcript("claude-tool") for e in claude_harness().events(line)]
+    tools = [e for e in events if e.type == "tool"]
+    results = [e for e in events if e.type == "tool_result"]
+    assert tools and tools[0].name == "Bash" and isinstance(tools[0].input, dict)
+    assert results and results[0].id == tools[0].id and "muster-tool-ok" in str(results[0].output)
+
+
+def test_codex_tool_call_and_result_events() -> None:
+    events = [e for line in transcript("codex-tool") for e in codex_harness().events(line)]
+    tools = [e for e in events if e.type == "tool"]
+    results = [e for e in events if e.type == "tool_result"]
+    assert tools and tools[0].name == "shell"
+    assert results and results[0].id == tools[0].id and "muster-tool-ok" in str(results[0].output)
+    assert results[0].code is None  # exit code 0
+
+
+def test_claude_fork_has_a_new_session_id() -> None:
+    parent = _decode("claude-fork")
+    child = _decode("claude-fork-2")
+    assert parent.conversation and child.conversation and parent.conversation != child.conversation
+
+
+def test_codex_resume_keeps_the_thread_id() -> None:
+    assert _decode("codex-resume").conversation == _decode("codex-resume-2").conversation

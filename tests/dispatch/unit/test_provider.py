@@ -1,0 +1,208 @@
+"""The local provider: private home, environment layering, conflicts, process-group kill — with real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from muster_dispatch import AgentInput, DispatchError, cli_agent, codex_harness, dispatch, local_provider
+from muster_dispatch.harness import Harness
+from muster_dispatch.harnesses.claude import claude_harness
+from muster_dispatch.provider import read_dotenv
+from tests.dispatch.unit.support import make_cli
+
+pytestmark = pytest.mark.anyio
+
+# Prints its environment and cwd as a Claude result line, so the turn completes.
+ENV_CLI = """
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-env"}))
+payload = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "argv": sys.argv[1:]})
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": payload, "usage": {}}))
+"""
+
+
+def _env_harness(tmp_path: Path) -> Harness:
+    return claude_harness(executable=make_cli(tmp_path, ENV_CLI))
+
+
+async def _seen(harness: Harness, workspace: Path, root: Path, **kwargs: object) -> dict[str, object]:
+    agent = cli_agent(harness, variables=kwargs.pop("variables", None))  # type: ignore[arg-type]
+    provider = local_provider(root, variables=kwargs.pop("provider_variables", None))  # type: ignore[arg-type]
+    result = await dispatch(agent, AgentInput("env?"), workspace=workspace, provider=provider).result()
+    assert result.status == "completed", result.error
+    assert result.text is not None
+    seen = json.loads(result.text)
+    assert isinstance(seen, dict)
+    return seen
+
+
+async def test_private_home_and_layered_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_SECRET_OF_THE_HOST", "leak")
+    workspace = tmp_path / "ws"
+    (workspace / ".outpost").mkdir(parents=True)
+    (workspace / ".outpost" / ".env").write_text(
+        "# comment\nexport FROM_DOTENV='dot'\nSHARED=from-dotenv\nOVERRIDDEN=dotenv\n", encoding="utf-8"
+    )
+    seen = await _seen(
+        _env_harness(tmp_path),
+        workspace,
+        tmp_path / "homes",
+        variables={"AGENT_ONLY": "a", "OVERRIDDEN": "agent"},
+        provider_variables={"PROVIDER_ONLY": "p", "SHARED": "provider"},
+    )
+    env = seen["env"]
+    assert isinstance(env, dict)
+    home = Path(env["HOME"])
+    assert home.is_relative_to(tmp_path / "homes") and home != Path.home()
+    assert env["TMPDIR"].startswith(str(home))
+    assert "MUSTER_SECRET_OF_THE_HOST" not in env  # a minimal base, not the host environment
+    assert env["PROVIDER_ONLY"] == "p" and env["AGENT_ONLY"] == "a" and env["FROM_DOTENV"] == "dot"
+    assert env["SHARED"] == "from-dotenv"  # .outpost/.env is above the provider
+    assert env["OVERRIDDEN"] == "agent"  # the agent is above .outpost/.env
+    assert env["DISABLE_TELEMETRY"] == "1"  # harness default
+    assert Path(str(seen["cwd"])) == workspace.resolve()
+    assert json.loads((home / ".claude.json").read_text())["hasCompletedOnboarding"] is True
+
+
+async def test_same_workspace_same_home_other_workspace_other_home(tmp_path: Path) -> None:
+    harness = _env_harness(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = await _seen(harness, tmp_path / "a", tmp_path / "homes")
+    again = await _seen(harness, tmp_path / "a", tmp_path / "homes")
+    other = await _seen(harness, tmp_path / "b", tmp_path / "homes")
+    assert first["env"]["HOME"] == again["env"]["HOME"] != other["env"]["HOME"]  # type: ignore[index]
+
+
+async def test_variable_defined_by_provider_and_agent_is_a_configuration_error(tmp_path: Path) -> None:
+    agent = cli_agent(_env_harness(tmp_path), variables={"API_KEY": "sk-agent-value", "OTHER": "x"})
+    provider = local_provider(tmp_path / "homes", variables={"API_KEY": "sk-provider-value"})
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path, provider=provider).result()
+    assert result.status == "failed"
+    assert result.error is not None and result.error.code == "configuration"
+    assert result.error.details["variables"] == ["API_KEY"]
+    assert "sk-" not in result.error.message and "sk-" not in repr(result.error.details)  # names, never values
+
+
+async def test_codex_configuration_writes_config_toml_and_codex_home(tmp_path: Path) -> None:
+    harness = codex_harness(executable=make_cli(tmp_path, ENV_CLI.replace("system", "x")))
+    variables = {
+        "MUSTER_CODEX_BASE_URL": "http://127.0.0.1:9/v1",
+        "MUSTER_CODEX_ENV_KEY": "FAKE_KEY",
+        "FAKE_KEY": "sk-test",
+        "MUSTER_CODEX_SANDBOX": "danger-full-access",
+    }
+    agent = cli_agent(harness, model="gpt-5.5", variables=variables)
+    provider = local_provider(tmp_path / "homes")
+    result = await dispatch(agent, AgentInput("hi"), workspace=tmp_path, provider=provider).result()
+    # The fake prints Claude lines, so codex decoding sees raw lines and no turn.completed: a failed turn, but the
+    # command and the configuration are what we check here.
+    assert result.status == "failed"
+    homes = list((tmp_path / "homes").glob("*/home"))
+    assert len(homes) == 1
+    config = (homes[0] / ".codex" / "config.toml").read_text()
+    assert 'model_provider = "muster"' in config
+    assert 'base_url = "http://127.0.0.1:9/v1"' in config
+    assert 'env_key = "FAKE_KEY"' in config
+    assert 'sandbox_mode = "danger-full-access"' in config
+    assert "supports_websockets = false" in config
+    command = harness.request(AgentInput("hi"), model="gpt-5.5", executable="codex")
+    assert command.args == ("exec", "--json", "--skip-git-repo-check", "--model", "gpt-5.5", "hi")
+
+
+async def test_codex_base_url_without_its_key_is_a_configuration_error(tmp_path: Path) -> None:
+    harness = codex_harness(executable=make_cli(tmp_path, "pass"))
+    agent = cli_agent(harness, variables={"MUSTER_CODEX_BASE_URL": "http://127.0.0.1:9/v1"})
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "configuration"
+    assert "OPENAI_API_KEY" in result.error.message
+
+
+# Starts a grandchild in the same process group that would outlive it, records both pids, then hangs.
+HANGING_CLI = """
+import subprocess
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["PID_FILE"], "w") as f:
+    json.dump([os.getpid(), child.pid], f)
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-hang"}), flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose; /proc tells.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_dead(pids: list[int]) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+async def test_deadline_kills_the_whole_process_group(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, HANGING_CLI)), variables={"PID_FILE": str(pid_file)})
+    run = dispatch(agent, AgentInput("x"), workspace=tmp_path, deadline=1.0)
+    types = [event.type async for event in run]
+    result = await run.result()
+    assert result.status == "failed"
+    assert result.error is not None and result.error.code == "timeout"
+    assert result.conversation == "s-hang"
+    assert types[-1] == "stopped"
+    pids = json.loads(pid_file.read_text())
+    assert _wait_dead(pids), "a process of the group survived the deadline"
+
+
+async def test_cancel_kills_the_group_and_reports_aborted(tmp_path: Path) -> None:
+    import anyio
+
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, HANGING_CLI)), variables={"PID_FILE": str(pid_file)})
+    run = dispatch(agent, AgentInput("x"), workspace=tmp_path)
+    first = await run.__anext__()  # the CLI is running once it printed its init line
+    assert first.type == "conversation"
+    with anyio.fail_after(20):
+        await run.cancel()
+        result = await run.result()
+    assert result.status == "canceled"
+    assert result.error is not None and result.error.code == "aborted"
+    assert _wait_dead(json.loads(pid_file.read_text()))
+
+
+async def test_missing_workspace_is_a_workspace_error(tmp_path: Path) -> None:
+    agent = cli_agent(_env_harness(tmp_path))
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path / "nope").result()
+    assert result.error is not None and result.error.code == "workspace"
+
+
+async def test_missing_executable_is_a_configuration_error(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable=tmp_path / "no-such-cli"))
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "configuration"
+
+
+def test_dotenv_parsing(tmp_path: Path) -> None:
+    path = tmp_path / ".env"
+    path.write_text('A=1\nexport B="two words"\nC=x # trailing\n\n# c\nD=\n', encoding="utf-8")
+    assert read_dotenv(path) == {"A": "1", "B": "two words", "C": "x", "D": ""}
+    assert read_dotenv(tmp_path / "missing") == {}
+    path.write_text("not a pair\n", encoding="utf-8")
+    with pytest.raises(DispatchError) as info:
+        read_dotenv(path)
+    assert info.value.code == "workspace" and info.value.details == {"line": 1}

@@ -1,0 +1,221 @@
+"""dispatch with fake CLIs as real subprocesses: events, results, resume, fork, steering, live input, journal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from muster_dispatch import (
+    AgentInput,
+    Continuation,
+    DirectoryConversationStore,
+    Journal,
+    Usage,
+    claude_harness,
+    cli_agent,
+    codex_harness,
+    dispatch,
+    local_provider,
+)
+from tests.dispatch.unit.support import REPLAY_CLI, SESSION_CLI, TRANSCRIPTS, make_cli
+
+pytestmark = pytest.mark.anyio
+
+
+def _replaying(tmp_path: Path, name: str, harness: str = "claude", **env: str):  # type: ignore[no-untyped-def]
+    factory = claude_harness if harness == "claude" else codex_harness
+    executable = make_cli(tmp_path, REPLAY_CLI, name=f"cli-{name}")
+    return cli_agent(
+        factory(executable=executable), variables={"FAKE_TRANSCRIPT": str(TRANSCRIPTS / f"{name}.jsonl"), **env}
+    )
+
+
+async def test_events_stream_then_result(tmp_path: Path) -> None:
+    run = dispatch(_replaying(tmp_path, "claude-tool"), AgentInput("run it"), workspace=tmp_path)
+    types = [event.type async for event in run]
+    result = await run.result()
+    assert types[0] == "conversation" and types[-1] == "finished"
+    assert "tool" in types and "tool_result" in types
+    assert result.status == "completed" and result.text == "The command printed it."
+    assert result.usage.input == 240 and result.usage.output == 60 and result.usage.complete
+    assert result.events == len(types)
+    assert result.selected == "claude" and [a.agent for a in result.attempts] == ["claude"]
+
+
+async def test_result_without_iterating(tmp_path: Path) -> None:
+    result = await dispatch(_replaying(tmp_path, "codex-plain", "codex"), AgentInput("hi"), workspace=tmp_path).result()
+    assert result.status == "completed" and result.text == "Hello from the fake model."
+
+
+async def test_exit_zero_without_final_event_is_a_process_failure(tmp_path: Path) -> None:
+    lines = tmp_path / "partial.jsonl"
+    lines.write_text('{"type":"thread.started","thread_id":"t"}\n', encoding="utf-8")
+    agent = cli_agent(
+        codex_harness(executable=make_cli(tmp_path, REPLAY_CLI)), variables={"FAKE_TRANSCRIPT": str(lines)}
+    )
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
+    assert result.status == "failed" and result.error is not None and result.error.code == "process"
+    assert result.exit_code == 0
+
+
+async def test_nonzero_exit_after_a_final_event_fails_and_stderr_is_kept(tmp_path: Path) -> None:
+    agent = _replaying(tmp_path, "claude-plain", FAKE_EXIT="3", FAKE_STDERR="boom on stderr")
+    run = dispatch(agent, AgentInput("x"), workspace=tmp_path)
+    stderr = [event.text async for event in run if event.type == "stderr"]
+    result = await run.result()
+    assert stderr == ["boom on stderr"]
+    assert result.status == "failed" and result.error is not None and result.error.code == "process"
+    assert result.error.details["exit_code"] == 3 and result.stderr == ["boom on stderr"]
+
+
+async def test_quota_on_stderr_of_a_failed_process(tmp_path: Path) -> None:
+    agent = _replaying(tmp_path, "codex-plain", "codex", FAKE_EXIT="1", FAKE_STDERR="Quota exceeded. Check your plan")
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "quota"
+
+
+async def test_resume_and_fork_through_the_same_home(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)))
+    provider = local_provider(tmp_path / "homes")
+    first = await dispatch(agent, AgentInput("one"), workspace=tmp_path, provider=provider).result()
+    assert first.text == "one" and first.conversation
+    second = await dispatch(
+        agent, AgentInput("two", Continuation(first.conversation)), workspace=tmp_path, provider=provider
+    ).result()
+    assert second.text == "one | two" and second.conversation == first.conversation
+    fork = await dispatch(
+        agent, AgentInput("three", Continuation(first.conversation, fork=True)), workspace=tmp_path, provider=provider
+    ).result()
+    assert fork.text == "one | two | three" and fork.conversation not in (None, first.conversation)
+
+
+async def test_cold_resume_restores_the_session_into_a_new_home(tmp_path: Path) -> None:
+    store = DirectoryConversationStore(tmp_path / "store")
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)), storage=store)
+    assert agent.capture is True
+    first = await dispatch(
+        agent, AgentInput("one"), workspace=tmp_path, provider=local_provider(tmp_path / "h1")
+    ).result()
+    assert first.conversation
+    captured = store.restore("claude", first.conversation)
+    assert captured and any(path.endswith(f"{first.conversation}.jsonl") for path in captured)
+    # A different provider root: a NEW, empty private home.
+    second = await dispatch(
+        agent,
+        AgentInput("two", Continuation(first.conversation)),
+        workspace=tmp_path,
+        provider=local_provider(tmp_path / "h2"),
+    ).result()
+    assert second.status == "completed" and second.text == "one | two"
+
+
+async def test_cold_resume_without_storage_fails(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)))
+    first = await dispatch(
+        agent, AgentInput("one"), workspace=tmp_path, provider=local_provider(tmp_path / "h1")
+    ).result()
+    assert first.conversation
+    second = await dispatch(
+        agent,
+        AgentInput("two", Continuation(first.conversation)),
+        workspace=tmp_path,
+        provider=local_provider(tmp_path / "h2"),
+    ).result()
+    assert second.status == "failed" and second.error is not None and "No conversation found" in second.error.message
+
+
+async def test_codex_refuses_fork_before_running(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, f"open({str(marker)!r}, 'w')")))
+    result = await dispatch(agent, AgentInput("x", Continuation("t1", fork=True)), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "session"
+    assert not marker.exists()
+
+
+async def test_steering_without_live_input_stops_and_resumes(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)))
+    run = dispatch(agent, AgentInput("hang"), workspace=tmp_path, provider=local_provider(tmp_path / "homes"))
+    with anyio.fail_after(30):
+        first = await run.__anext__()
+        assert first.type == "conversation"
+        await run.steer("go on")
+        types = [first.type] + [event.type async for event in run]
+        result = await run.result()
+    assert "stopped" in types
+    assert result.status == "completed" and result.text == "hang | go on"
+    assert result.conversation == first.id
+
+
+async def test_live_input_steering_appends_to_the_running_turn(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)))
+    run = dispatch(agent, AgentInput("first", live_input=True), workspace=tmp_path)
+    with anyio.fail_after(30):
+        first = await run.__anext__()
+        assert first.type == "conversation"
+        await run.steer("second")
+        texts = [event.text async for event in run if event.type == "result"]
+        result = await run.result()
+    assert texts == ["first", "first | second"]
+    assert result.status == "completed" and result.text == "first | second"
+    assert result.usage.input == 20 and result.usage.models["fake-1"].input == 20  # summed over both results
+
+
+async def test_live_input_is_refused_by_codex(tmp_path: Path) -> None:
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, "pass")))
+    result = await dispatch(agent, AgentInput("x", live_input=True), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "configuration"
+
+
+async def test_journal_records_every_event_between_input_and_result(tmp_path: Path) -> None:
+    journal = Journal(tmp_path / "journal.jsonl")
+    run = dispatch(_replaying(tmp_path, "claude-plain"), AgentInput("hi"), workspace=tmp_path, journal=journal)
+    events = [event.to_dict() async for event in run]
+    await run.result()
+    lines = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    assert {line["source"] for line in lines} == {"harness"}
+    assert len({line["scope"]["dispatch"] for line in lines}) == 1
+    assert lines[0]["event"]["type"] == "turn.input" and lines[0]["event"]["prompt"] == "hi"
+    assert lines[-1]["event"]["type"] == "turn.result" and lines[-1]["event"]["result"]["status"] == "completed"
+    assert [line["event"] for line in lines[1:-1]] == events
+    assert all(set(line) == {"seq", "at", "source", "scope", "event"} for line in lines)
+
+
+CODEX_SESSION_CLI = r"""
+# Codex-like: a rollout file with token_count running totals; turn.completed carries the thread total.
+args = sys.argv[1:]
+thread = args[args.index("resume") + 1] if "resume" in args else "0199-thread"
+folder = os.path.join(os.environ["CODEX_HOME"], "sessions", "2026", "11", "30")
+os.makedirs(folder, exist_ok=True)
+path = os.path.join(folder, "rollout-2026-11-30T00-00-00-" + thread + ".jsonl")
+turns = sum(1 for _ in open(path)) if os.path.exists(path) else 0
+total = {"input_tokens": 120 * (turns + 1), "cached_input_tokens": 0, "output_tokens": 30 * (turns + 1)}
+with open(path, "a") as f:
+    info = {"total_token_usage": total}
+    f.write(json.dumps({"type": "event_msg", "payload": {"type": "token_count", "info": info}}) + "\n")
+print(json.dumps({"type": "thread.started", "thread_id": thread}))
+item = {"id": "i", "type": "agent_message", "text": "turn %d" % (turns + 1)}
+print(json.dumps({"type": "item.completed", "item": item}))
+print(json.dumps({"type": "turn.completed", "usage": total}))
+"""
+
+
+async def test_codex_resumed_turn_reports_its_own_usage_not_the_thread_total(tmp_path: Path) -> None:
+    store = DirectoryConversationStore(tmp_path / "store")
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, CODEX_SESSION_CLI)), storage=store)
+    first = await dispatch(
+        agent, AgentInput("a"), workspace=tmp_path, provider=local_provider(tmp_path / "h1")
+    ).result()
+    assert first.usage == Usage(input=120, output=30)
+    assert first.conversation == "0199-thread"
+    second = await dispatch(
+        agent,
+        AgentInput("b", Continuation("0199-thread")),
+        workspace=tmp_path,
+        provider=local_provider(tmp_path / "h2"),
+    ).result()
+    assert second.text == "turn 2"  # the rollout was restored into the new home
+    assert second.usage == Usage(input=120, output=30)
