@@ -249,3 +249,14 @@ async def test_one_bad_agent_among_good_ones_and_collisions() -> None:
 def test_card_document_roundtrip_json() -> None:
     # The card document path: a dict is parsed by the SDK exactly like a fetched one.
     assert json.loads(json.dumps(v1_card("A", "https://a.example/rpc")))["name"] == "A"
+
+
+async def test_card_redirect_is_not_followed() -> None:
+    async with raw_peer() as peer:
+
+        async def moved(request: Request) -> Response:
+            return Response(status_code=301, headers={"Location": "https://elsewhere.example/card.json"})
+
+        peer.routes[CARD] = moved
+        agent = await remote_agent(peer.base + CARD, headers={"Authorization": "Bearer x"}, card_cache=CardCache())
+    assert agent.error is not None and "HTTP 301" in agent.error and "elsewhere.example" in agent.error

@@ -159,9 +159,12 @@ async def _fetch_one(
         if stale is not None:
             cache.refresh(url, response.headers)
             return stale, parse_card(stale), url
-    if response.status_code >= 400:
+    if response.status_code >= 300:
+        # Redirects are not followed (they could carry the credentials elsewhere): configure the final URL.
         cache.evict(url)
-        raise CardHTTPError(f"HTTP {response.status_code} fetching the card from {url}", response.status_code)
+        where = response.headers.get("location") if 300 <= response.status_code < 400 else None
+        hint = f" (redirect to {where}: configure that URL instead)" if where else ""
+        raise CardHTTPError(f"HTTP {response.status_code} fetching the card from {url}{hint}", response.status_code)
     try:
         document = json.loads(response.content)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

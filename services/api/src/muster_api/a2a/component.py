@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from muster_a2a import AgentConfigError, AgentSet, CallRecord, CallTracker, Tool, load_agents
 from muster_api.a2a.config import load_agents_block
 from muster_api.a2a.store import SqlCallStore
-from muster_api.errors import ConfigurationError
+from muster_api.errors import ConfigurationError, NotReadyError
 from muster_api.runtime import Runtime
 
 log = logging.getLogger("muster.a2a")
@@ -80,6 +80,9 @@ class A2AState:
         await done.wait()
         if "error" in box:
             raise box["error"]
+        if "value" not in box:
+            # The component was cancelled (shutdown) while the job ran: the stored call stays in flight.
+            raise NotReadyError("the service is shutting down; the call stays stored and resumes at the next start")
         value: T = box["value"]
         return value
 
