@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -255,6 +256,7 @@ class FakeAnthropic:
         self.script.record(Recorded(request.method, request.url.path, headers, body, answered))
         if isinstance(plan, Fail):
             return JSONResponse(plan.body, status_code=plan.status, headers=plan.headers)
+        await run_in_threadpool(plan.wait_gate)
         if isinstance(body, dict) and body.get("stream"):
 
             async def chunks() -> AsyncIterator[bytes]:

@@ -36,13 +36,15 @@ CLAUDE_ENV = {
 CODEX_KEY_VAR = "MUSTER_FAKE_OPENAI_KEY"
 
 
-def codex_config(base_url: str, *, retries: int = 1, idle_ms: int = 10000) -> str:
+def codex_config(
+    base_url: str, *, retries: int = 1, idle_ms: int = 10000, sandbox: str | None = "danger-full-access"
+) -> str:
     """The config.toml that points codex at the fake Responses server."""
+    mode = f'sandbox_mode = "{sandbox}"\n' if sandbox else ""
     return f"""model = "{openai.MODEL}"
 model_provider = "fake"
 approval_policy = "never"
-sandbox_mode = "danger-full-access"
-
+{mode}
 [model_providers.fake]
 name = "fake"
 base_url = "{base_url}/v1"
@@ -154,6 +156,7 @@ class Scenario:
     followup: Callable[[str], list[str]] | None = None  # argv suffix of a second turn given the first's session id
     followup_plans: list[Plan] = field(default_factory=list)
     retries: int = 1  # codex request_max_retries / stream_max_retries
+    sandbox: str | None = "danger-full-access"  # codex sandbox_mode (None: codex's default)
 
 
 def claude_session(stdout: list[str]) -> str:
@@ -194,6 +197,11 @@ def claude_scenarios() -> list[Scenario]:
             [Reply(text="I will run it.", tool=ToolCall("echo muster-tool-ok")), Reply(text="The command printed it.")],
             prompt="Run echo",
             extra_args=["--allowedTools", "Bash"],
+        ),
+        Scenario(
+            "tool-default-permissions",
+            [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command was denied.")],
+            prompt="Run echo",
         ),
         Scenario("transient", [a.rate_limited(1), a.overloaded(1), Reply(text="Recovered after retries.")]),
         Scenario("ratelimit", [a.rate_limited(None)]),
@@ -240,6 +248,12 @@ def codex_scenarios() -> list[Scenario]:
             [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command printed it.")],
             prompt="Run echo",
         ),
+        Scenario(
+            "tool-default-sandbox",
+            [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command printed it.")],
+            prompt="Run echo",
+            sandbox=None,
+        ),
         Scenario("transient", [o.server_error(2), Reply(text="Recovered after retries.")]),
         Scenario("transient-429", [o.rate_limited(2), Reply(text="Recovered after retries.")], retries=3),
         Scenario("ratelimit", [o.rate_limited(None)]),
@@ -283,7 +297,9 @@ def capture(cli: str, executable: str, names: set[str]) -> None:
                 else:
                     codex_home = home / ".codex"
                     codex_home.mkdir()
-                    (codex_home / "config.toml").write_text(codex_config(url, retries=scenario.retries))
+                    (codex_home / "config.toml").write_text(
+                        codex_config(url, retries=scenario.retries, sandbox=scenario.sandbox)
+                    )
                     env |= {"CODEX_HOME": str(codex_home), CODEX_KEY_VAR: "sk-test-key"}
                     base = [executable, "exec", "--json", "--skip-git-repo-check", scenario.prompt]
                 env |= scenario.env

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -288,6 +289,7 @@ class FakeOpenAI:
         if isinstance(plan, Fail):
             return JSONResponse(plan.body, status_code=plan.status, headers=plan.headers)
         reply = plan
+        await run_in_threadpool(reply.wait_gate)
 
         async def chunks() -> AsyncIterator[bytes]:
             for chunk in stream_events(reply, body):

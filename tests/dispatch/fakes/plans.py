@@ -32,6 +32,13 @@ class Reply:
     output_tokens: int = 30
     cached_tokens: int = 0
     cache_created: int = 0
+    # The server holds this answer until the test sets the gate (e.g. to steer a turn that is still running).
+    gate: threading.Event | None = field(default=None, compare=False)
+
+    def wait_gate(self, timeout: float = 60) -> None:
+        """Block (in a worker thread) until the gate opens; a gate never opened fails loudly after ``timeout``."""
+        if self.gate is not None and not self.gate.wait(timeout):
+            raise TimeoutError("the test never opened the gate of a planned reply")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,156 @@
+"""Fallback across the two real CLIs, and replay of a turn recorded from a real CLI (then no CLI at all)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from muster_dispatch import (
+    AgentInput,
+    Dispatch,
+    Journal,
+    ReplayDivergence,
+    TurnResult,
+    dispatch,
+    fallback_agent,
+    local_provider,
+    quota_fault,
+    replay_agent,
+)
+from tests.dispatch.cli.support import RESET_EPOCH, claude_agent, codex_agent, run_turn, user_texts
+from tests.dispatch.conftest import InstalledClis
+from tests.dispatch.fakes import anthropic, openai
+from tests.dispatch.fakes.anthropic import FakeAnthropic
+from tests.dispatch.fakes.openai import FakeOpenAI
+from tests.dispatch.fakes.plans import Reply, ToolCall
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+EARLIER_RESET = datetime(2029, 7, 1, tzinfo=UTC)
+
+
+async def drain(running: Dispatch) -> TurnResult:
+    """Consume every event, then the result (which raises when the turn could not be served)."""
+    async for _ in running:
+        pass
+    return await running.result()
+
+
+async def test_fallback_from_a_quota_limited_claude_to_a_working_codex(
+    installed_clis: InstalledClis,
+    fake_anthropic: FakeAnthropic,
+    fake_openai: FakeOpenAI,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    # Claude spends one request (120/30 tokens) on a tool call, then hits its 5-hour limit.
+    fake_anthropic.script.plan(Reply(tool=ToolCall("echo step-one")), anthropic.usage_limited(RESET_EPOCH))
+    fake_openai.script.plan(Reply(text="Codex finished the job."))
+    claude = claude_agent(installed_clis.claude, fake_anthropic.url, subscription=True, name="claude-main")
+    codex = codex_agent(installed_clis.codex, fake_openai.url, name="codex-backup")
+    agent = fallback_agent([claude, codex])
+
+    turn = await run_turn(agent, "Do the job", workspace, local_provider(tmp_path / "sandboxes"))
+
+    result = turn.result
+    assert result.status == "completed", result.error
+    assert result.text == "Codex finished the job."
+    assert result.selected == "codex-backup"
+    assert [a.agent for a in result.attempts] == ["claude-main", "codex-backup"]
+    failed, selected = result.attempts
+    assert failed.status == "failed" and failed.error is not None and failed.error.code == "quota"
+    fault = quota_fault(failed.error)
+    assert fault is not None and fault.reset_at == datetime(2030, 1, 1, tzinfo=UTC)
+    assert selected.status == "completed"
+    assert turn.of("fallback"), turn.types
+    # Usage counts the failed attempt too: Claude's tool-call request + Codex's answer.
+    assert (result.usage.input, result.usage.output) == (240, 60)
+    assert (failed.usage.input, failed.usage.output) == (120, 30)
+    # Codex got the ORIGINAL brief, in the same workspace.
+    (codex_request,) = fake_openai.script.model_requests()
+    assert "Do the job" in user_texts(codex_request)
+    assert str(workspace.resolve()) in " ".join(user_texts(codex_request))
+
+
+async def test_every_candidate_at_quota_reports_the_earliest_reset(
+    installed_clis: InstalledClis,
+    fake_anthropic: FakeAnthropic,
+    fake_openai: FakeOpenAI,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    fake_anthropic.script.plan(anthropic.usage_limited(RESET_EPOCH))  # 2030-01-01
+    fake_openai.script.plan(openai.usage_limited(int(EARLIER_RESET.timestamp())))  # 2029-07-01
+    agent = fallback_agent(
+        [
+            claude_agent(installed_clis.claude, fake_anthropic.url, subscription=True, name="claude-main"),
+            codex_agent(installed_clis.codex, fake_openai.url, name="codex-backup", extra={"TZ": "UTC"}),
+        ]
+    )
+
+    turn = await run_turn(agent, "Do the job", workspace, local_provider(tmp_path / "sandboxes"))
+
+    result = turn.result
+    assert result.status == "failed"
+    assert result.error is not None and result.error.code == "quota", result.error
+    fault = quota_fault(result.error)
+    assert fault is not None and fault.reset_at == EARLIER_RESET
+    assert [a.error.code for a in result.attempts if a.error] == ["quota", "quota"]
+
+
+async def test_record_then_replay_without_any_cli(
+    installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    fake_anthropic.script.plan(Reply(text="Recorded answer.", thinking="Thinking once."))
+    journal_path = tmp_path / "journal.jsonl"
+    agent = claude_agent(installed_clis.claude, fake_anthropic.url)
+    recorded = await run_turn(
+        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), journal=Journal(journal_path)
+    )
+    assert recorded.result.status == "completed", recorded.result.error
+    requests_after_recording = len(fake_anthropic.script.requests)
+
+    observations = [line for line in journal_path.read_text().splitlines() if line.strip()]
+    assert observations, "the dispatch wrote no journal"
+
+    replay = replay_agent(journal_path)
+    assert replay.kind == "replay" and replay.remaining_turns == 1
+    replayed = await run_turn(replay, "Say hello", workspace, local_provider(tmp_path / "replay-sandboxes"))
+
+    assert replayed.result.status == "completed"
+    assert replayed.result.text == "Recorded answer."
+    assert replayed.result.conversation == recorded.result.conversation
+    assert (replayed.result.usage.input, replayed.result.usage.output) == (120, 30)
+    assert [(e.type, e.text) for e in replayed.events] == [(e.type, e.text) for e in recorded.events]
+    assert len(fake_anthropic.script.requests) == requests_after_recording, "the replay reached the model"
+    assert replay.remaining_turns == 0
+    assert not (tmp_path / "replay-sandboxes").exists() or not list((tmp_path / "replay-sandboxes").rglob("*.jsonl"))
+
+    # An exhausted journal always fails.
+    exhausted = dispatch(replay, AgentInput("Say hello"), workspace=workspace)
+    with pytest.raises(ReplayDivergence):
+        await drain(exhausted)
+
+
+async def test_replay_with_a_changed_prompt_fails_or_warns_by_policy(
+    installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    fake_anthropic.script.plan(Reply(text="Recorded answer."))
+    journal_path = tmp_path / "journal.jsonl"
+    agent = claude_agent(installed_clis.claude, fake_anthropic.url)
+    await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), journal=Journal(journal_path))
+
+    strict = dispatch(replay_agent(journal_path, divergence="fail"), AgentInput("Say goodbye"), workspace=workspace)
+    with pytest.raises(ReplayDivergence) as raised:
+        await drain(strict)
+    assert raised.value.code == "replay"
+
+    lenient = await run_turn(
+        replay_agent(journal_path, divergence="warn"), "Say goodbye", workspace, local_provider(tmp_path / "replay")
+    )
+    assert lenient.result.status == "completed"
+    assert lenient.result.text == "Recorded answer."
+    warnings = lenient.of("warning")
+    assert warnings and any("prompt" in str(w.text) for w in warnings)
