@@ -24,6 +24,8 @@ from tests.dispatch.cli.support import (
     RESET_EPOCH,
     assistant_texts,
     claude_agent,
+    new_marker,
+    processes_with,
     run_turn,
     user_texts,
 )
@@ -205,6 +207,32 @@ async def test_network_down_fails_as_unavailable_within_the_deadline(
     assert result.error is not None and result.error.code == "process", result.error
     assert "Connection refused" in result.error.message or "ECONNREFUSED" in result.error.message
     assert unavailable_fault(result.error) is not None
+
+
+async def test_network_down_past_the_deadline_is_a_timeout_without_orphans(
+    installed_clis: InstalledClis, workspace: Path, tmp_path: Path
+) -> None:
+    """With many retries Claude would keep trying: the deadline stops it and kills its whole process group."""
+    marker = new_marker()
+    agent = claude_agent(
+        installed_clis.claude, f"http://127.0.0.1:{free_port()}", extra={"CLAUDE_CODE_MAX_RETRIES": "10", **marker}
+    )
+    seen_running: list[int] = []
+
+    async def look(event: AgentEvent, running: object) -> None:
+        if event.type == "conversation" and not seen_running:
+            seen_running.extend(processes_with(marker))
+
+    turn = await run_turn(
+        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=4, on_event=look
+    )
+
+    assert seen_running, "the marker variable did not reach the CLI: the orphan check would be blind"
+    assert turn.result.status == "failed"
+    assert turn.result.error is not None and turn.result.error.code == "timeout", turn.result.error
+    assert turn.of("retry")  # the retries it managed before the deadline are notices, not failures
+    assert turn.of("stopped")
+    assert processes_with(marker) == []
 
 
 async def test_resume_continues_the_same_conversation(
