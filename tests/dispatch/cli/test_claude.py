@@ -43,7 +43,16 @@ MODEL = "claude-opus-5-5"  # Claude Code 2.1.328's default model, echoed back by
 async def test_plain_answer(
     installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
 ) -> None:
-    fake_anthropic.script.plan(Reply(text="Hello from the fake model.", thinking="The user wants a greeting."))
+    fake_anthropic.script.plan(
+        Reply(
+            text="Hello from the fake model.",
+            thinking="The user wants a greeting.",
+            input_tokens=120,
+            output_tokens=30,
+            cached_tokens=400,
+            cache_created=50,
+        )
+    )
     agent = claude_agent(installed_clis.claude, fake_anthropic.url)
 
     turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"))
@@ -58,10 +67,12 @@ async def test_plain_answer(
     assert len(conversations) == 1 and result.conversation in conversations
     assert turn.of("finished"), turn.types
     assert not turn.of("failure") and not turn.of("quota")
-    # One request of 120 input / 30 output tokens (the fake's counts, as Claude's result line reports them).
-    assert (result.usage.input, result.usage.output, result.usage.cached, result.usage.cache_created) == (120, 30, 0, 0)
-    assert result.usage.complete
-    assert MODEL in result.usage.models
+    # One request: 120 fresh input, 400 read from the cache, 50 written to it, 30 output (Claude's result line).
+    usage = result.usage
+    assert (usage.input, usage.cached, usage.cache_created, usage.output) == (120, 400, 50, 30)
+    assert usage.complete
+    assert MODEL in usage.models
+    assert (usage.models[MODEL].input, usage.models[MODEL].output) == (120, 30)
     (request,) = fake_anthropic.script.model_requests()
     assert "Say hello" in user_texts(request)
 

@@ -42,7 +42,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 async def test_plain_answer(
     installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
 ) -> None:
-    fake_openai.script.plan(Reply(text="Hello from the fake model.", thinking="The user wants a greeting."))
+    fake_openai.script.plan(
+        Reply(
+            text="Hello from the fake model.",
+            thinking="The user wants a greeting.",
+            input_tokens=520,
+            cached_tokens=400,
+        )
+    )
     agent = codex_agent(installed_clis.codex, fake_openai.url)
 
     turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"))
@@ -56,7 +63,9 @@ async def test_plain_answer(
     assert len(conversations) == 1 and result.conversation in conversations
     assert turn.of("finished")
     assert not turn.of("failure") and not turn.of("quota")
-    assert (result.usage.input, result.usage.output, result.usage.cached) == (120, 30, 0)
+    # The Responses usage said 520 input of which 400 cached: 120 fresh, 400 cached, 30 output.
+    assert (result.usage.input, result.usage.cached, result.usage.output) == (120, 400, 30)
+    assert result.usage.complete
     (request,) = fake_openai.script.model_requests()
     assert request.body["model"] == openai.MODEL
     assert "Say hello" in user_texts(request)
