@@ -199,6 +199,15 @@ def claude_scenarios() -> list[Scenario]:
             extra_args=["--allowedTools", "Bash"],
         ),
         Scenario(
+            "partial-messages",
+            [
+                Reply(text="I will run it.", thinking="Plan: run echo.", tool=ToolCall("echo muster-tool-ok")),
+                Reply(text="Done."),
+            ],
+            prompt="Run echo",
+            extra_args=["--include-partial-messages"],
+        ),
+        Scenario(
             "tool-default-permissions",
             [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command was denied.")],
             prompt="Run echo",
