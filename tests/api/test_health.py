@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import anyio
 import pytest
 from sqlalchemy import text
 
@@ -7,6 +8,7 @@ from muster_api.db.engine import create_engine
 from muster_api.db.migrate import downgrade, head_revision
 from muster_api.settings import Settings
 from tests.support.app import serve
+from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -34,9 +36,13 @@ async def test_readyz_503_when_not_at_head(db_url: str) -> None:
         assert "migrations not at head" in ready.json()["detail"]
 
 
-async def test_readyz_503_when_database_unreachable(tmp_path: object) -> None:
-    # Nothing listens on port 1; migrations off so that start-up itself does not need the database.
-    async with serve("postgresql://postgres@127.0.0.1:1/nowhere", migrate_on_startup=False) as client:
+@pytest.mark.postgres
+async def test_readyz_503_when_database_unreachable(postgres_server: PostgresServer) -> None:
+    url = await anyio.to_thread.run_sync(postgres_server.create)
+    async with serve(url) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        # The database goes away under a running service: liveness holds, readiness says why.
+        await anyio.to_thread.run_sync(postgres_server.drop, url)
         ready = await client.get("/readyz")
         assert ready.status_code == 503
         assert "database unreachable" in ready.json()["detail"]
