@@ -88,6 +88,7 @@ async def test_refusals_are_problems_with_codes(db_url: str) -> None:
         ({"agent_id": "a", "ttl_seconds": 59}, "ttl_seconds", "greater_than_equal"),
         ({"agent_id": "a", "ttl_seconds": 86401}, "ttl_seconds", "less_than_equal"),
         ({"agent_id": "a", "status": "x" * 281}, "status", "string_too_long"),
+        ({"agent_id": "a", "status": "two\nlines"}, "status", "string_pattern_mismatch"),
         ({"agent_id": "has space"}, "agent_id", "string_pattern_mismatch"),
         ({"role": "builder"}, "agent_id", "missing"),
         # The pane id is local to the agent's machine: the backend refuses to even receive it.

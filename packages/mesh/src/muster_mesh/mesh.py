@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -49,6 +50,8 @@ from muster_mesh.records import (
 )
 from muster_mesh.store import MeshStore, MeshTx, Notifier
 from muster_mesh.tokens import new_token, token_hash
+
+log = logging.getLogger("muster.mesh")
 
 Clock = Callable[[], datetime]
 R = TypeVar("R", bound=BaseModel)
@@ -158,8 +161,10 @@ class Mesh:
     ) -> R | None:
         if key is None:
             return None
+        # A record stays binding until the sweeper removes it: honouring it a little past expires_at is harmless,
+        # while ignoring it would leave its row in the way of a new one with the same key.
         record = await tx.get_idempotency(scope, key)
-        if record is None or record.expires_at <= self._now():
+        if record is None:
             return None
         if record.operation != operation or record.fingerprint != fingerprint:
             raise IdempotencyConflict(key, operation)
@@ -308,7 +313,12 @@ class Mesh:
                     raise
                 continue
             if result.stored and not result.preview and not result.replayed:
-                await self.notifier.publish(result.recipients)
+                try:
+                    await self.notifier.publish(result.recipients)
+                except Exception:
+                    # The message is committed: failing the call now would invite a duplicate retry. Waiters still
+                    # see it at their next read (at the latest when their long-poll times out).
+                    log.warning("wake-up publish failed after a committed send", exc_info=True)
             return result
         raise AssertionError("unreachable")
 

@@ -30,8 +30,8 @@ class CheckinRequest(Strict):
     role: Label | None = Field(default=None, description="What it is doing: builder, reviewer, ping, verification…")
     repo: Repo | None = None
     caps: list[Label] | None = Field(default=None, max_length=32, description="What it can do, e.g. merge, deploy.")
-    status: str | None = Field(
-        default=None, max_length=MAX_STATUS_CHARS, description="One line: what it is doing right now."
+    status: Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=r"^[^\r\n]*$")] | None = Field(
+        default=None, description="One line: what it is doing right now."
     )
     ttl_seconds: int | None = Field(
         default=None,

@@ -388,6 +388,27 @@ async def idempotent_checkin_and_ack(make: MeshFactory) -> None:
         )
 
 
+@check
+async def idempotency_key_is_free_again_once_swept(make: MeshFactory) -> None:
+    clock = ManualClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice", ttl_seconds=86400)
+        bob = await join(mesh, "bob", ttl_seconds=86400)
+        first = SendRequest(to=Address(agent="bob"), body="one", confirm=True, idempotency_key="daily")
+        await mesh.send(first, token=alice)
+        half = mesh.limits.idempotency_ttl.total_seconds() / 2
+        clock.advance(half)
+        for token in (alice, bob):  # keeps both leases alive across the wait
+            await mesh.inbox(token=token)
+        clock.advance(half + 1)
+        # Expired but not yet swept: still binding (a retry replays, a different request conflicts).
+        assert (await mesh.send(first, token=alice)).replayed
+        second = first.model_copy(update={"body": "two"})
+        await raises(IdempotencyConflict, mesh.send(second, token=alice))
+        assert (await mesh.sweep()).idempotency_keys == 1
+        assert not (await mesh.send(second, token=alice)).replayed
+
+
 # ---------------------------------------------------------------------------------------------------- wake, concurrency
 
 
