@@ -224,3 +224,28 @@ async def test_in_memory_tracker_records_before_following(peers: tuple[Peer, Pee
     record = await tracker.call(tool, "slow 0.1")
     assert record.result is not None and record.result.text == "done"
     assert record.task_id in seen_in_flight, "the handle was stored while the call was still in flight"
+
+
+async def test_call_waits_for_an_unavailable_agent_and_resumes_on_reload(db_url: str, tmp_path: Path) -> None:
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    async with a2a_peer("Flaky") as peer, raw_peer() as front:
+        card = "/.well-known/agent-card.json"
+        front.json(card, agent_card_to_dict(peer.card))
+        config = write_config(tmp_path / "muster.toml", {"flaky": {"card": front.base, "pollEvery": 20}})
+        async with serve(db_url, config=config) as client:
+            started = await client.post("/a2a/tools/Flaky_echo/call", json={"task": "slow 0.5", "wait": False})
+            call_id = started.json()["id"]
+            handle = await wait_for(client, call_id, until="handle")
+        front.text(card, "down for maintenance", status=503)
+        async with serve(db_url, config=config) as client:
+            status = (await client.get("/a2a/agents")).json()["agents"][0]
+            assert status["status"] == "error" and "HTTP 503" in status["error"]
+            await anyio.sleep(0.2)
+            waiting = (await client.get(f"/a2a/calls/{call_id}")).json()
+            assert waiting["result"] is None and waiting["task_id"] == handle["task_id"], "kept in flight, not lost"
+            front.json(card, agent_card_to_dict(peer.card))
+            assert (await client.post("/a2a/reload")).json()["agents"][0]["status"] == "ok"
+            done = await wait_for(client, call_id, until="done")
+        assert (done["state"], done["result"]["text"]) == ("completed", "done")
+        assert peer.executor.started.count(handle["task_id"]) == 1

@@ -98,7 +98,12 @@ class CallTracker:
         return await self.run(await self.begin(tool, task), tool)
 
     async def resume(self, record: CallRecord, agent: RemoteAgent | None) -> CallRecord:
-        """Follow an in-flight record by GetTask for what is left of its budget (then CancelTask)."""
+        """Follow an in-flight record by GetTask for what is left of its budget (then CancelTask).
+
+        An agent that is configured but unavailable right now (card unreachable) leaves the record in flight, for a
+        later attempt (reload, restart); an agent no longer configured ends it with an error."""
+        if agent is not None and not agent.ok and record.task_id is not None:
+            return record
         if record.task_id is None:
             reason = "the service stopped before the agent returned a task id; the call cannot be resumed"
             return await self._finish(record, ToolResult(text=reason, is_error=True, metadata=self._meta(record)))

@@ -41,6 +41,8 @@ class A2AState:
         self.group: TaskGroup | None = None
         self._retired: list[AgentSet] = []
         self._reload_lock = anyio.Lock()
+        # Calls this process is following (running or resuming), so that a reload does not follow them twice.
+        self._following: set[str] = set()
 
     async def reload(self) -> AgentSet:
         """Load the config file again; the previous agents stay usable for calls already running on them."""
@@ -61,7 +63,10 @@ class A2AState:
                     collision.kept_by,
                     collision.renamed_to,
                 )
-            return agents
+        if self.group is not None:
+            # An agent that was unavailable may be back: pick up the calls left in flight for it.
+            await self.resume_in_flight()
+        return agents
 
     async def _in_group(self, job: Callable[[], Awaitable[T]]) -> T:
         """Run ``job`` in the component's task group and wait for it (shielded from the caller's cancellation)."""
@@ -91,32 +96,47 @@ class A2AState:
             raise RuntimeError("the a2a component is not running")
         return self.group
 
+    async def _run(self, record: CallRecord, tool: Tool) -> CallRecord:
+        self._following.add(record.id)
+        try:
+            return await self.tracker.run(record, tool)
+        finally:
+            self._following.discard(record.id)
+
     async def call(self, tool: Tool, task: str) -> CallRecord:
         record = await self.tracker.begin(tool, task)
-        return await self._in_group(lambda: self.tracker.run(record, tool))
+        return await self._in_group(lambda: self._run(record, tool))
 
     async def start(self, tool: Tool, task: str) -> CallRecord:
         """Record the call and follow it in the background; returns at once."""
         record = await self.tracker.begin(tool, task)
+        self._following.add(record.id)
         self._tasks().start_soon(self._background, record.model_copy(deep=True), tool)
         return record
 
     async def _background(self, record: CallRecord, tool: Tool) -> None:
         try:
-            await self.tracker.run(record, tool)
+            await self._run(record, tool)
         except Exception:
             log.exception("A2A call %s failed in the background", record.id)
 
     async def _resume(self, record: CallRecord) -> None:
         try:
             done = await self.tracker.resume(record, self.agents.agent(record.agent))
-            log.info("A2A call %s resumed: %s", record.id, done.state)
+            if done.in_flight:
+                log.warning("A2A call %s left in flight: agent %s is unavailable", record.id, record.agent)
+            else:
+                log.info("A2A call %s resumed: %s", record.id, done.state)
         except Exception:
             log.exception("A2A call %s could not be resumed", record.id)
+        finally:
+            self._following.discard(record.id)
 
     async def resume_in_flight(self) -> int:
-        records = await self.store.in_flight()
+        """Follow every stored call still in flight that this process is not following already."""
+        records = [r for r in await self.store.in_flight() if r.id not in self._following]
         for record in records:
+            self._following.add(record.id)
             self._tasks().start_soon(self._resume, record)
         return len(records)
 
