@@ -186,20 +186,22 @@ async def a2a_peer(
     skills: list[tuple[str, str]] | None = None,
     cache_control: str | None = None,
 ) -> AsyncIterator[Peer]:
-    """A real a2a-sdk server. ``kind``: ``jsonrpc`` (v1.0), ``rest`` (v1.0 HTTP+JSON) or ``v03`` (a v0.3 card and
-    the SDK's v0.3 compatibility layer on the JSON-RPC endpoint)."""
+    """A real a2a-sdk server. ``kind``: ``jsonrpc`` (v1.0), ``rest`` (v1.0 HTTP+JSON), ``v03`` / ``v03rest`` (a v0.3
+    card and the SDK's v0.3 compatibility layer on the JSON-RPC / HTTP+JSON endpoint)."""
     sock = free_socket()
     base = f"http://127.0.0.1:{sock.getsockname()[1]}"
     executor = ScriptedExecutor()
     if kind == "rest":
         card = make_card(name, f"{base}/rest", binding="HTTP+JSON", streaming=streaming, skills=skills)
+    elif kind == "v03rest":
+        card = make_card(name, f"{base}/rest", binding="HTTP+JSON", version="0.3", streaming=streaming, skills=skills)
     elif kind == "v03":
         card = make_card(name, f"{base}/rpc", version="0.3", streaming=streaming, skills=skills)
     else:
         card = make_card(name, f"{base}/rpc", streaming=streaming, skills=skills)
     handler = DefaultRequestHandler(agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card)
     routes: list[BaseRoute] = []
-    if kind == "v03":
+    if kind in ("v03", "v03rest"):
         # A v0.3 server publishes only the v0.3 card fields (url, preferredTransport, protocolVersion).
         document = agent_card_to_dict(card)
         document.pop("supportedInterfaces", None)
@@ -211,8 +213,8 @@ async def a2a_peer(
         routes.append(Route("/.well-known/agent-card.json", v03_card))
     else:
         routes.extend(create_agent_card_routes(card, cache_control=cache_control))
-    if kind == "rest":
-        routes.extend(create_rest_routes(handler, path_prefix="/rest"))
+    if kind in ("rest", "v03rest"):
+        routes.extend(create_rest_routes(handler, path_prefix="/rest", enable_v0_3_compat=kind == "v03rest"))
     else:
         routes.extend(create_jsonrpc_routes(handler, "/rpc", enable_v0_3_compat=kind == "v03"))
     peer = Peer(base=base, executor=executor, card=card)

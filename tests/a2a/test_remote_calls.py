@@ -13,8 +13,14 @@ from tests.a2a.peers import Peer, a2a_peer
 pytestmark = pytest.mark.anyio
 
 # "stream": a v1.0 JSON-RPC server whose card says streaming, so every scenario also runs over SSE.
-KINDS = ["jsonrpc", "rest", "v03", "stream"]
-DIALECTS = {"jsonrpc": "v1.0/JSONRPC", "rest": "v1.0/HTTP+JSON", "v03": "v0.3/JSONRPC", "stream": "v1.0/JSONRPC"}
+KINDS = ["jsonrpc", "rest", "v03", "v03rest", "stream"]
+DIALECTS = {
+    "jsonrpc": "v1.0/JSONRPC",
+    "rest": "v1.0/HTTP+JSON",
+    "v03": "v0.3/JSONRPC",
+    "v03rest": "v0.3/HTTP+JSON",
+    "stream": "v1.0/JSONRPC",
+}
 
 
 @pytest.fixture(scope="module", params=KINDS)
@@ -33,7 +39,7 @@ async def resolve(peer: Peer, **kwargs: object) -> RemoteAgent:
 
 
 def kind_of(peer: Peer) -> str:
-    return next(k for k in KINDS if peer.card.name.endswith(k))
+    return peer.card.name.removeprefix("Scripted ")
 
 
 async def test_card_endpoint_dialect_and_tools(peer: Peer) -> None:
@@ -167,4 +173,4 @@ async def test_version_header_per_dialect(peer: Peer) -> None:
     before = len(peer.seen_headers)
     await tool.call("complete x")
     versions = {h.get("a2a-version") for h in peer.seen_headers[before:]}
-    assert versions == ({"0.3"} if kind_of(peer) == "v03" else {"1.0"})
+    assert versions == ({"0.3"} if kind_of(peer).startswith("v03") else {"1.0"})
