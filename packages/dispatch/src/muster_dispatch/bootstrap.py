@@ -18,6 +18,9 @@ from muster_dispatch.harness import Harness
 INSTALL_TIMEOUT = 600.0
 VERSION_TIMEOUT = 60.0
 
+# Pins verified by this process: a turn must not pay a `--version` run each time.
+_verified: dict[Path, Path] = {}
+
 
 def known_harnesses() -> dict[str, Harness]:
     from muster_dispatch.harnesses.claude import claude_harness
@@ -54,6 +57,8 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
     prefix = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     prefix = prefix / f"{harness.name}-{spec.version}"
     binary = prefix / "node_modules" / ".bin" / spec.binary
+    if _verified.get(prefix) == binary and binary.exists():
+        return binary
     prefix.mkdir(parents=True, exist_ok=True)
     with (prefix / ".install.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -63,7 +68,19 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
                 raise DispatchError("provider", f"npm installed {spec.package}@{spec.version} but not {spec.binary}")
             if not _version_ok(binary, spec.version):
                 raise DispatchError("provider", f"{binary} does not report version {spec.version}")
+    _verified[prefix] = binary
     return binary
+
+
+def ready_cli(harness: Harness) -> Path | None:
+    """The executable when no install or version check is needed (no blocking work), else None."""
+    if harness.executable:
+        return ensure_cli(harness)
+    spec = harness.bootstrap
+    if spec is None:
+        return None
+    binary = _verified.get(default_cache_dir() / f"{harness.name}-{spec.version}")
+    return binary if binary is not None and binary.exists() else None
 
 
 def _install(prefix: Path, package: str) -> None:

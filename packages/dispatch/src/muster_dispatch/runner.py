@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
-from muster_dispatch.bootstrap import ensure_cli
+from muster_dispatch.bootstrap import ensure_cli, ready_cli
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.faults import earliest, quota_fault, unavailable_fault
@@ -361,7 +361,8 @@ class Dispatch:
         try:
             sandbox = provider.sandbox(self.workspace)
             env = self._environment(agent, provider, sandbox)
-            executable = await asyncio.to_thread(ensure_cli, harness)
+            # An install or a version check blocks: only then go through a thread.
+            executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
             if continuation is not None:
                 restore_conversation(agent, sandbox, continuation.conversation)
         except DispatchError as exc:
@@ -468,11 +469,11 @@ class Dispatch:
 
         async def run() -> int:
             code = await process.wait()
-            try:
-                await asyncio.wait_for(asyncio.shield(readers), READ_GRACE)
-            except TimeoutError:
-                process.sweep()  # a child kept the pipes open
-                await readers
+            if not readers.done():
+                _, pending = await asyncio.wait({readers}, timeout=READ_GRACE)
+                if pending:
+                    process.sweep()  # a child kept the pipes open
+            await readers
             process.sweep()
             return code
 

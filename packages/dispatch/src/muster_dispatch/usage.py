@@ -93,6 +93,9 @@ def _int(value: Any) -> int:
 
 def counter(value: Any) -> int | None:
     """A native counter, or None when it is absent or not a number (marks usage incomplete)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return max(int(value), 0)
+    cls = value.__class__
+    if cls is int:
+        return value if value > 0 else 0
+    if cls is float and value == value:  # not NaN
+        return int(value) if value > 0 else 0
+    return None

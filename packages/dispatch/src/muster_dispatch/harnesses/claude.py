@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from muster_dispatch.events import AgentEvent, raw
+from muster_dispatch.events import AgentEvent
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
+from muster_dispatch.jsonline import NOT_JSON, parse
 from muster_dispatch.usage import Usage, counter
 
 PACKAGE = "@anthropic-ai/claude-code"
@@ -56,38 +57,25 @@ def live_message(text: str) -> str:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one stream-json line; never raises."""
+    obj = parse(line)
+    if obj.__class__ is not dict:
+        if obj is NOT_JSON:
+            return [AgentEvent("raw", text=line)] if line.strip() else []
+        return [AgentEvent("raw", data=obj)]
     try:
-        obj = json.loads(line)
-    except ValueError:
-        return [raw(line)] if line.strip() else []
-    if not isinstance(obj, dict):
-        return [raw(line, obj)]
-    try:
-        return _decode(obj)
+        handler = _HANDLERS.get(obj.get("type"))
+        return handler(obj) if handler is not None else [AgentEvent("raw", data=obj)]
     except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [raw(line, obj)]
+        return [AgentEvent("raw", data=obj)]
 
 
-def _decode(obj: dict[str, Any]) -> list[AgentEvent]:
-    kind = obj.get("type")
-    if kind == "assistant":
-        return _assistant(obj)
-    if kind == "user":
-        return _user(obj)
-    if kind == "stream_event":
-        return _stream(obj)
-    if kind == "result":
-        return _result(obj)
-    if kind == "system":
-        subtype = obj.get("subtype")
-        if subtype == "init":
-            return [AgentEvent("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
-        if subtype == "api_retry":
-            return [AgentEvent("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
-        return [raw("", obj)]
-    if kind == "rate_limit_event":
-        return _rate_limit(obj)
-    return [raw("", obj)]
+def _system(obj: dict[str, Any]) -> list[AgentEvent]:
+    subtype = obj.get("subtype")
+    if subtype == "init":
+        return [AgentEvent("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
+    if subtype == "api_retry":
+        return [AgentEvent("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
+    return [AgentEvent("raw", data=obj)]  # thinking_tokens, compact_boundary, hooks…
 
 
 def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -176,30 +164,26 @@ def _usage(obj: dict[str, Any]) -> Usage:
     native = obj.get("usage")
     if not isinstance(native, dict):
         return Usage.missing()
-    fields = [
-        counter(native.get("input_tokens")),
-        counter(native.get("cache_read_input_tokens")),
-        counter(native.get("cache_creation_input_tokens")),
-        counter(native.get("output_tokens")),
-    ]
+    tokens_in = counter(native.get("input_tokens"))
+    tokens_out = counter(native.get("output_tokens"))
     models: dict[str, Usage] = {}
     model_usage = obj.get("modelUsage")
     if isinstance(model_usage, dict):
         for name, m in model_usage.items():
             if isinstance(m, dict):
                 models[str(name)] = Usage(
-                    input=counter(m.get("inputTokens")) or 0,
-                    cached=counter(m.get("cacheReadInputTokens")) or 0,
-                    cache_created=counter(m.get("cacheCreationInputTokens")) or 0,
-                    output=counter(m.get("outputTokens")) or 0,
+                    counter(m.get("inputTokens")) or 0,
+                    counter(m.get("cacheReadInputTokens")) or 0,
+                    counter(m.get("cacheCreationInputTokens")) or 0,
+                    counter(m.get("outputTokens")) or 0,
                 )
     return Usage(
-        input=fields[0] or 0,
-        cached=fields[1] or 0,
-        cache_created=fields[2] or 0,
-        output=fields[3] or 0,
-        models=models,
-        complete=fields[0] is not None and fields[3] is not None,
+        tokens_in or 0,
+        counter(native.get("cache_read_input_tokens")) or 0,
+        counter(native.get("cache_creation_input_tokens")) or 0,
+        tokens_out or 0,
+        models,
+        tokens_in is not None and tokens_out is not None,
     )
 
 
@@ -214,6 +198,16 @@ def _rate_limit(obj: dict[str, Any]) -> list[AgentEvent]:
     if status == "allowed_warning":
         return [AgentEvent("warning", text=f"rate limit warning ({kind or 'unknown'})", code=kind, data=obj)]
     return []
+
+
+_HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
+    "assistant": _assistant,
+    "user": _user,
+    "stream_event": _stream,
+    "result": _result,
+    "system": _system,
+    "rate_limit_event": _rate_limit,
+}
 
 
 def _retry_text(obj: dict[str, Any]) -> str:

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent, raw
+from muster_dispatch.events import AgentEvent
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
+from muster_dispatch.jsonline import NOT_JSON, parse
 from muster_dispatch.usage import Usage, counter
 
 PACKAGE = "@openai/codex"
@@ -45,89 +46,156 @@ def request(input: AgentInput, model: str | None, program: str) -> Command:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one ``codex exec --json`` line; never raises."""
+    obj = parse(line)
+    if obj.__class__ is not dict:
+        if obj is NOT_JSON:
+            return [AgentEvent("raw", text=line)] if line.strip() else []
+        return [AgentEvent("raw", data=obj)]
     try:
-        obj = json.loads(line)
-    except ValueError:
-        return [raw(line)] if line.strip() else []
-    if not isinstance(obj, dict):
-        return [raw(line, obj)]
-    try:
-        return _decode(obj)
+        handler = _HANDLERS.get(obj.get("type"))
+        return handler(obj) if handler is not None else [AgentEvent("raw", data=obj)]
     except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [raw(line, obj)]
+        return [AgentEvent("raw", data=obj)]
 
 
-def _decode(obj: dict[str, Any]) -> list[AgentEvent]:
-    kind = obj.get("type")
-    if kind in ("item.completed", "item.started", "item.updated"):
-        item = obj.get("item")
-        return _item(kind, item) if isinstance(item, dict) else [raw("", obj)]
-    if kind == "turn.completed":
-        return [AgentEvent("usage", usage=_usage(obj.get("usage"))), AgentEvent("finished")]
-    if kind == "turn.failed":
-        error = obj.get("error") or {}
-        message = error.get("message") if isinstance(error, dict) else None
-        return [
-            AgentEvent("failure", text=_s(message) or "turn failed", code="turn.failed", data=obj),
-            AgentEvent("finished", code="failed"),
-        ]
-    if kind == "thread.started":
-        return [AgentEvent("conversation", id=_s(obj.get("thread_id")), data=obj)]
-    if kind == "turn.started":
+def _item_line(obj: dict[str, Any]) -> list[AgentEvent]:
+    item = obj.get("item")
+    return _item(obj["type"], item) if item.__class__ is dict else [AgentEvent("raw", data=obj)]
+
+
+def _turn_completed(obj: dict[str, Any]) -> list[AgentEvent]:
+    return [AgentEvent("usage", usage=_usage(obj.get("usage"))), AgentEvent("finished")]
+
+
+def _turn_failed(obj: dict[str, Any]) -> list[AgentEvent]:
+    error = obj.get("error") or {}
+    message = error.get("message") if isinstance(error, dict) else None
+    return [
+        AgentEvent("failure", text=_s(message) or "turn failed", code="turn.failed", data=obj),
+        AgentEvent("finished", code="failed"),
+    ]
+
+
+def _thread_started(obj: dict[str, Any]) -> list[AgentEvent]:
+    return [AgentEvent("conversation", id=_s(obj.get("thread_id")), data=obj)]
+
+
+def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
+    return []
+
+
+def _error(obj: dict[str, Any]) -> list[AgentEvent]:
+    message = _s(obj.get("message")) or ""
+    if _RETRY.search(message):
+        return [AgentEvent("retry", text=message, data=obj)]
+    return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
+
+
+# Item decoders by item type: (line type, item) -> events. "item.updated" lines carry nothing we need.
+_ItemFn = Callable[[str, dict[str, Any]], list[AgentEvent]]
+
+
+def _message(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    if kind != "item.completed":
         return []
-    if kind == "error":
-        message = _s(obj.get("message")) or ""
-        if _RETRY.search(message):
-            return [AgentEvent("retry", text=message, data=obj)]
-        return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
-    return [raw("", obj)]
+    text = item.get("text")
+    return [AgentEvent("text", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
+
+
+def _reasoning(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    if kind != "item.completed":
+        return []
+    text = item.get("text")
+    return [AgentEvent("reasoning", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
+
+
+def _command(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    item_id = _s(item.get("id"))
+    if kind == "item.started":
+        return [AgentEvent("tool", id=item_id, name="shell", input={"command": item.get("command")})]
+    if kind != "item.completed":
+        return []
+    exit_code = item.get("exit_code")
+    failed = item.get("status") == "failed" or (isinstance(exit_code, int) and exit_code != 0)
+    return [
+        AgentEvent(
+            "tool_result",
+            id=item_id,
+            name="shell",
+            output=item.get("aggregated_output"),
+            code="error" if failed else None,
+            data={"exit_code": exit_code, "status": item.get("status")},
+        )
+    ]
+
+
+def _file_change(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    if kind != "item.completed":
+        return []
+    return [AgentEvent("file_change", id=_s(item.get("id")), data=item.get("changes"))]
+
+
+def _mcp(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    item_id = _s(item.get("id"))
+    name = f"{item.get('server')}.{item.get('tool')}"
+    if kind == "item.started":
+        return [AgentEvent("tool", id=item_id, name=name, input=item.get("arguments"))]
+    if kind != "item.completed":
+        return []
+    code = "error" if item.get("error") or item.get("status") == "failed" else None
+    return [AgentEvent("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
+
+
+def _web_search(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    item_id = _s(item.get("id"))
+    if kind == "item.started":
+        return [AgentEvent("tool", id=item_id, name="web_search", input={"query": item.get("query")})]
+    if kind != "item.completed":
+        return []
+    return [AgentEvent("tool_result", id=item_id, name="web_search", data=item)]
+
+
+def _error_item(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    # A non-fatal notice: the turn goes on; `turn.failed` is the failure.
+    if kind != "item.completed":
+        return []
+    return [AgentEvent("warning", text=_s(item.get("message")) or "", id=_s(item.get("id")), data=item)]
+
+
+def _todo_list(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
+    return [AgentEvent("raw", data=item)] if kind == "item.completed" else []
+
+
+_ITEMS: dict[Any, _ItemFn] = {
+    "agent_message": _message,
+    "assistant_message": _message,  # older builds
+    "reasoning": _reasoning,
+    "command_execution": _command,
+    "file_change": _file_change,
+    "mcp_tool_call": _mcp,
+    "web_search": _web_search,
+    "error": _error_item,
+    "todo_list": _todo_list,
+}
 
 
 def _item(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
-    itype = item.get("type") or item.get("item_type")
-    item_id = _s(item.get("id"))
-    done = kind == "item.completed"
-    if itype in ("agent_message", "assistant_message"):
-        return [AgentEvent("text", text=_s(item.get("text")) or "", id=item_id)] if done else []
-    if itype == "reasoning":
-        return [AgentEvent("reasoning", text=_s(item.get("text")) or "", id=item_id)] if done else []
-    if itype == "command_execution":
-        if kind == "item.started":
-            return [AgentEvent("tool", id=item_id, name="shell", input={"command": item.get("command")})]
-        if done:
-            exit_code = item.get("exit_code")
-            failed = item.get("status") == "failed" or (isinstance(exit_code, int) and exit_code != 0)
-            return [
-                AgentEvent(
-                    "tool_result",
-                    id=item_id,
-                    name="shell",
-                    output=item.get("aggregated_output"),
-                    code="error" if failed else None,
-                    data={"exit_code": exit_code, "status": item.get("status")},
-                )
-            ]
-        return []
-    if itype == "file_change":
-        return [AgentEvent("file_change", id=item_id, data=item.get("changes"))] if done else []
-    if itype == "mcp_tool_call":
-        name = f"{item.get('server')}.{item.get('tool')}"
-        if kind == "item.started":
-            return [AgentEvent("tool", id=item_id, name=name, input=item.get("arguments"))]
-        if done:
-            code = "error" if item.get("error") or item.get("status") == "failed" else None
-            return [AgentEvent("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
-        return []
-    if itype == "web_search":
-        if kind == "item.started":
-            return [AgentEvent("tool", id=item_id, name="web_search", input={"query": item.get("query")})]
-        return [AgentEvent("tool_result", id=item_id, name="web_search", data=item)] if done else []
-    if itype == "error":
-        # A non-fatal notice: the turn goes on; `turn.failed` is the failure.
-        return [AgentEvent("warning", text=_s(item.get("message")) or "", id=item_id, data=item)] if done else []
-    if itype == "todo_list":
-        return [raw("", item)] if done else []
-    return [raw("", {"type": kind, "item": item})]
+    decoder = _ITEMS.get(item.get("type") or item.get("item_type"))
+    if decoder is None:
+        return [AgentEvent("raw", data={"type": kind, "item": item})]
+    return decoder(kind, item)
+
+
+_HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
+    "item.completed": _item_line,
+    "item.started": _item_line,
+    "item.updated": _item_line,
+    "turn.completed": _turn_completed,
+    "turn.failed": _turn_failed,
+    "thread.started": _thread_started,
+    "turn.started": _turn_started,
+    "error": _error,
+}
 
 
 def _usage(native: Any) -> Usage:
@@ -148,7 +216,7 @@ def _usage(native: Any) -> Usage:
 
 
 def _s(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return value if value.__class__ is str else None
 
 
 _RETRY = re.compile(r"^\s*Reconnecting\.\.\.|\bretrying\b", re.IGNORECASE)
