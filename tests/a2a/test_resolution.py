@@ -260,3 +260,28 @@ async def test_card_redirect_is_not_followed() -> None:
         peer.routes[CARD] = moved
         agent = await remote_agent(peer.base + CARD, headers={"Authorization": "Bearer x"}, card_cache=CardCache())
     assert agent.error is not None and "HTTP 301" in agent.error and "elsewhere.example" in agent.error
+
+
+@pytest.mark.slow
+async def test_slow_answer_outlives_httpx_default_timeout() -> None:
+    # httpx's default is 5 s for every phase; an agent that takes 5.5 s to answer must not be cut off.
+    import anyio
+
+    async with raw_peer() as peer:
+        peer.json(CARD, v1_card("Ponderous", peer.base + "/rpc"))
+
+        async def rpc(request: Request) -> Response:
+            body = await request.json()
+            await anyio.sleep(5.5)
+            task = {
+                "id": "t-1",
+                "contextId": "c-1",
+                "status": {"state": "TASK_STATE_COMPLETED"},
+                "artifacts": [{"artifactId": "a", "parts": [{"text": "worth the wait"}]}],
+            }
+            return JSONResponse({"jsonrpc": "2.0", "id": body["id"], "result": {"task": task}})
+
+        peer.routes["/rpc"] = rpc
+        [tool] = (await remote_agent(peer.base, timeout=20_000, card_cache=CardCache())).tools
+        result = await tool.call("take your time")
+    assert (result.text, result.is_error, result.metadata["state"]) == ("worth the wait", False, "completed")
