@@ -222,28 +222,40 @@ async def test_codex_resumed_turn_reports_its_own_usage_not_the_thread_total(tmp
 
 
 LATE_ROLLOUT_CLI = r"""
-# Codex-like: the rollout is written only once the "model request" is under way; prompt "wait" never gets there.
+# Codex-like: the user prompt reaches the rollout only once the "model request" is under way; prompt "wait" never
+# gets there. FAKE_EARLY_META=1 writes the rollout (metadata only) at start, as codex sometimes does.
 args = sys.argv[1:]
 prompt = args[-1]
-thread = args[args.index("resume") + 1] if "resume" in args else "late-thread"
+resumed = "resume" in args
+thread = args[args.index("resume") + 1] if resumed else "late-thread"
+folder = os.path.join(os.environ["CODEX_HOME"], "sessions", "2026", "11", "30")
+path = os.path.join(folder, "rollout-2026-11-30T00-00-00-" + thread + ".jsonl")
+os.makedirs(folder, exist_ok=True)
+if os.environ.get("FAKE_EARLY_META") and not resumed:
+    with open(path, "a") as f:
+        f.write(json.dumps({"session_meta": thread}) + "\n")
 print(json.dumps({"type": "thread.started", "thread_id": thread}), flush=True)
 if prompt == "wait":
     time.sleep(600)
-folder = os.path.join(os.environ["CODEX_HOME"], "sessions", "2026", "11", "30")
-os.makedirs(folder, exist_ok=True)
-with open(os.path.join(folder, "rollout-2026-11-30T00-00-00-" + thread + ".jsonl"), "a") as f:
+with open(path, "a") as f:
     f.write(json.dumps({"prompt": prompt}) + "\n")
-print(json.dumps({"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": prompt}}))
+text = ("resumed: " if resumed else "") + prompt
+print(json.dumps({"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": text}}))
 print(json.dumps({"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}}))
 """
 
 
-async def test_steering_before_the_session_exists_reruns_the_prompt_with_the_steering(tmp_path: Path) -> None:
-    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, LATE_ROLLOUT_CLI)))
+@pytest.mark.parametrize(("early_meta", "expected"), [("", "wait\n\ngo on"), ("1", "resumed: wait\n\ngo on")])
+async def test_steering_before_the_prompt_reached_the_session(tmp_path: Path, early_meta: str, expected: str) -> None:
+    """No session yet: rerun the stopped prompt with the steering; a session without the prompt: resume with both."""
+    agent = cli_agent(
+        codex_harness(executable=make_cli(tmp_path, LATE_ROLLOUT_CLI)), variables={"FAKE_EARLY_META": early_meta}
+    )
     run = dispatch(agent, AgentInput("wait"), workspace=tmp_path)
     with anyio.fail_after(30):
         first = await run.__anext__()
         assert first.type == "conversation"
         await run.steer("go on")
         result = await run.result()
-    assert result.status == "completed" and result.text == "wait\n\ngo on"
+    assert result.status == "completed" and result.text == expected
+    assert result.conversation == "late-thread"

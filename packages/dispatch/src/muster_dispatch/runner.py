@@ -27,7 +27,7 @@ from muster_dispatch.journal import Journal
 from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
 from muster_dispatch.replay import ReplayAgent
 from muster_dispatch.results import Attempt, TurnResult
-from muster_dispatch.sessions import capture_conversation, conversation_usage, restore_conversation, session_files
+from muster_dispatch.sessions import capture_conversation, conversation_usage, prompt_recorded, restore_conversation
 from muster_dispatch.turn import NO_SIGNALS, Signals, Stopped, TurnState
 from muster_dispatch.usage import Usage
 
@@ -396,8 +396,12 @@ class Dispatch:
                 assert self._stop is not None
                 self._stop.clear()
                 self._stop_reason = None
-                if session_files(agent, sandbox, conversation):
+                recorded = prompt_recorded(agent, sandbox, conversation, leg.prompt)
+                if recorded:
                     leg = AgentInput(text, Continuation(conversation))
+                elif recorded is False:
+                    # The session exists but the stopped prompt never reached it: resume with both.
+                    leg = AgentInput(f"{leg.prompt}\n\n{text}", Continuation(conversation))
                 else:
                     # Stopped before the CLI wrote its session (Codex writes the rollout only once the model
                     # request is under way): nothing to resume, so run the stopped prompt again with the steering.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from muster_dispatch.provider import Sandbox
@@ -30,6 +31,15 @@ def conversation_usage(agent: CliAgent, sandbox: Sandbox, conversation: str) -> 
         return None
     text = "\n".join(content.decode("utf-8", "replace") for content in files.values())
     return reader(text)
+
+
+def prompt_recorded(agent: CliAgent, sandbox: Sandbox, conversation: str, prompt: str) -> bool | None:
+    """Whether the session already holds ``prompt`` (None: no session file at all)."""
+    files = session_files(agent, sandbox, conversation)
+    if not files:
+        return None
+    needles = {json.dumps(prompt)[1:-1].encode(), json.dumps(prompt, ensure_ascii=False)[1:-1].encode()}
+    return any(needle in content for content in files.values() for needle in needles)
 
 
 def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
