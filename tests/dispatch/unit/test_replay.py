@@ -112,3 +112,42 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
         f.write('{"seq": 2, "at": "x", "sou')
     assert len(Journal(path).observations()) == 1
     assert Journal(path).record("harness", {}, {"type": "raw"}).seq == 2
+
+
+async def test_recorded_steering_replays_and_other_steering_diverges(tmp_path: Path) -> None:
+    import anyio
+
+    from muster_dispatch import claude_harness, local_provider
+    from tests.dispatch.unit.support import SESSION_CLI
+
+    path = tmp_path / "journal.jsonl"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SESSION_CLI)))
+    run = dispatch(
+        agent, AgentInput("hang"), workspace=tmp_path, provider=local_provider(tmp_path / "h"), journal=Journal(path)
+    )
+    with anyio.fail_after(30):
+        await run.__anext__()
+        await run.steer("go on")
+        recorded = await run.result()
+    assert recorded.text == "hang | go on"
+
+    same = dispatch(replay_agent(path), AgentInput("hang"), workspace=tmp_path)
+    first = await same.__anext__()
+    assert first.type == "conversation"
+    await same.steer("go on")
+    assert (await same.result()).text == "hang | go on"
+
+    strict = dispatch(replay_agent(path), AgentInput("hang"), workspace=tmp_path)
+    await strict.__anext__()
+    with pytest.raises(ReplayDivergence) as info:
+        await strict.steer("something else")
+    assert info.value.details["reason"] == "steering"
+    await strict.result()
+
+    lenient = dispatch(replay_agent(path, divergence="warn"), AgentInput("hang"), workspace=tmp_path)
+    await lenient.__anext__()
+    await lenient.steer("go on")
+    await lenient.steer("one more")  # never recorded
+    warnings = [event for event in [e async for e in lenient] if event.type == "warning"]
+    assert [w.code for w in warnings] == ["steering"] and warnings[0].data["reason"] == "unrecorded"
+    assert (await lenient.result()).text == "hang | go on"

@@ -89,7 +89,7 @@ class LocalProvider:
     def __init__(self, root: Path | str, *, variables: Mapping[str, str] | None = None) -> None:
         self.root = Path(root)
         self.variables: dict[str, str] = dict(variables or {})
-        self._configured: set[tuple[str, str]] = set()
+        self._configured: dict[tuple[str, str], AgentConfiguration] = {}
 
     def sandbox(self, workspace: Path) -> Sandbox:
         """One sandbox per workspace: its private home persists across turns of this provider (warm resume)."""
@@ -102,8 +102,8 @@ class LocalProvider:
         return Sandbox(key, workspace, home)
 
     def configure(self, sandbox: Sandbox, agent: str, configuration: AgentConfiguration) -> None:
-        """Write the agent's configuration into the private home, once per sandbox and agent."""
-        if (sandbox.id, agent) in self._configured:
+        """Write the agent's configuration into the private home, once per sandbox and agent (again if it changed)."""
+        if self._configured.get((sandbox.id, agent)) == configuration:
             return
         for rel, content in configuration.files.items():
             target = _under(sandbox.home, rel)
@@ -115,7 +115,7 @@ class LocalProvider:
             target = _under(sandbox.home, rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(host, target)
-        self._configured.add((sandbox.id, agent))
+        self._configured[(sandbox.id, agent)] = configuration
 
     def environment(
         self,

@@ -25,7 +25,7 @@ from muster_dispatch.harness import Command
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import Journal
 from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
-from muster_dispatch.replay import ReplayAgent
+from muster_dispatch.replay import RecordedTurn, ReplayAgent
 from muster_dispatch.results import Attempt, TurnResult
 from muster_dispatch.sessions import capture_conversation, conversation_usage, prompt_recorded, restore_conversation
 from muster_dispatch.turn import NO_SIGNALS, Signals, Stopped, TurnState
@@ -85,6 +85,8 @@ class Dispatch:
         self._live: Any = None  # the live-message encoder while a live-input process runs
         self._live_sent = 0
         self._live_done = 0
+        self._replay_turn: RecordedTurn | None = None
+        self._replay_steered = 0
 
     # ------------------------------------------------------------------ public surface
 
@@ -110,6 +112,12 @@ class Dispatch:
         if not isinstance(text, str) or not text.strip():
             raise DispatchError("steering", "steering text must be non-empty", {"field": "text"})
         task = self._start()
+        running = self._current_agent()
+        if isinstance(running, ReplayAgent):
+            # A replay runs nothing: steering is only checked against the recording (even once replayed).
+            self._record("turn.steer", {"text": text}, source="replay")
+            self._replay_steer(running, text)
+            return
         if task.done():
             raise DispatchError("steering", "the turn is over")
         self._record("turn.steer", {"text": text})
@@ -122,6 +130,25 @@ class Dispatch:
             raise DispatchError("steering", f"{self.agent.name} cannot resume a conversation: steering needs it")
         self._steering.append(text)
         self._request_stop("steering")
+
+    def _replay_steer(self, agent: ReplayAgent, text: str) -> None:
+        """Steering during a replay must be the recorded steering, in order."""
+        recorded = self._replay_turn.steering if self._replay_turn is not None else []
+        index = self._replay_steered
+        self._replay_steered += 1
+        expected = recorded[index] if index < len(recorded) else None
+        if expected == text:
+            return
+        details = {"reason": "unrecorded" if expected is None else "steering", "expected": expected, "actual": text}
+        if agent.divergence == "fail":
+            raise ReplayDivergence("the steering differs from the recorded turn", details)
+        self._emit(
+            AgentEvent(
+                "warning", text="replay: the steering differs from the recorded turn", code="steering", data=details
+            ),
+            agent,
+            "replay",
+        )
 
     async def cancel(self) -> None:
         """Stop the turn (process group killed); the result is ``canceled`` with code ``aborted``."""
@@ -272,6 +299,7 @@ class Dispatch:
         turn = agent.next_turn()
         if turn is None:
             raise ReplayDivergence("the replay journal is exhausted", {"reason": "exhausted"})
+        self._replay_turn = turn
         if turn.prompt != input.prompt:
             details: dict[str, Any] = {"reason": "prompt", "expected": turn.prompt, "actual": input.prompt}
             if agent.divergence == "fail":
