@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -127,12 +128,38 @@ async def test_cold_resume_without_storage_fails(tmp_path: Path) -> None:
     assert second.status == "failed" and second.error is not None and "No conversation found" in second.error.message
 
 
-async def test_codex_refuses_fork_before_running(tmp_path: Path) -> None:
+async def test_fork_is_refused_before_running_when_not_forkable(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, f"open({str(marker)!r}, 'w')")))
-    result = await dispatch(agent, AgentInput("x", Continuation("t1", fork=True)), workspace=tmp_path).result()
+    harness = replace(codex_harness(executable=make_cli(tmp_path, f"open({str(marker)!r}, 'w')")), forkable=False)
+    result = await dispatch(
+        cli_agent(harness), AgentInput("x", Continuation("t1", fork=True)), workspace=tmp_path
+    ).result()
     assert result.error is not None and result.error.code == "session"
     assert not marker.exists()
+
+
+async def test_codex_fork_copies_the_rollout_under_a_new_thread_id(tmp_path: Path) -> None:
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, CODEX_SESSION_CLI)))
+    provider = local_provider(tmp_path / "homes")
+    first = await dispatch(agent, AgentInput("a"), workspace=tmp_path, provider=provider).result()
+    assert first.conversation == "0199-thread"
+    fork = await dispatch(
+        agent, AgentInput("b", Continuation("0199-thread", fork=True)), workspace=tmp_path, provider=provider
+    ).result()
+    assert fork.status == "completed", fork.error
+    assert fork.conversation not in (None, "0199-thread")
+    assert fork.text == "turn 2"  # the child holds the parent's history
+    assert fork.usage == Usage(input=120, output=30)  # its own turn, not the copied total
+    parent = await dispatch(
+        agent, AgentInput("c", Continuation("0199-thread")), workspace=tmp_path, provider=provider
+    ).result()
+    assert parent.text == "turn 2"  # the parent did not see the child's turn
+
+
+async def test_fork_of_an_unknown_conversation_is_a_session_error(tmp_path: Path) -> None:
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, CODEX_SESSION_CLI)))
+    result = await dispatch(agent, AgentInput("b", Continuation("nope", fork=True)), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "session"
 
 
 async def test_steering_without_live_input_stops_and_resumes(tmp_path: Path) -> None:

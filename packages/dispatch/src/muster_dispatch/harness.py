@@ -79,7 +79,9 @@ class Harness:
     session_globs: Callable[[str], list[str]]
     restore_path: Callable[[str, str, Path], str]
     live_message: Callable[[str], str] | None = None
-    fork: Callable[[str, Callable[[Command], None]], str] | None = None
+    # A native fork prepared from the session files, without running the CLI: (conversation id, {path relative to
+    # the home: bytes}) -> (child id, files to write). None: fork goes through ``request`` (Claude --fork-session).
+    fork: Callable[[str, Mapping[str, bytes]], tuple[str, dict[str, bytes]]] | None = None
     usage_command: Callable[[str], Command] | None = None
     usage_result: Callable[[str], Usage] | None = None
     transcript_usage: Callable[[str], Usage] | None = None

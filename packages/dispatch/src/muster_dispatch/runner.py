@@ -27,7 +27,13 @@ from muster_dispatch.journal import Journal
 from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
 from muster_dispatch.replay import RecordedTurn, ReplayAgent
 from muster_dispatch.results import Attempt, TurnResult
-from muster_dispatch.sessions import capture_conversation, conversation_usage, prompt_recorded, restore_conversation
+from muster_dispatch.sessions import (
+    capture_conversation,
+    conversation_usage,
+    fork_conversation,
+    prompt_recorded,
+    restore_conversation,
+)
 from muster_dispatch.turn import NO_SIGNALS, Signals, Stopped, TurnState
 from muster_dispatch.usage import Usage
 
@@ -393,6 +399,12 @@ class Dispatch:
             executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
             if continuation is not None:
                 restore_conversation(agent, sandbox, continuation.conversation)
+                if continuation.fork and harness.fork is not None:
+                    input = AgentInput(
+                        input.prompt,
+                        Continuation(fork_conversation(agent, sandbox, continuation.conversation)),
+                        input.live_input,
+                    )
         except DispatchError as exc:
             return _failed(exc)
         signals = Signals(harness.quota, harness.unavailable, harness.requires_finished_event)

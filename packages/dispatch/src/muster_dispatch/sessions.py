@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from muster_dispatch.errors import DispatchError
 from muster_dispatch.provider import Sandbox
 from muster_dispatch.usage import Usage
 
@@ -40,6 +41,24 @@ def prompt_recorded(agent: CliAgent, sandbox: Sandbox, conversation: str, prompt
         return None
     needles = {json.dumps(prompt)[1:-1].encode(), json.dumps(prompt, ensure_ascii=False)[1:-1].encode()}
     return any(needle in content for content in files.values() for needle in needles)
+
+
+def fork_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> str:
+    """A native fork through the harness's ``fork`` hook: writes the child's session files, returns the child id."""
+    fork = agent.harness.fork
+    if fork is None:
+        raise DispatchError("session", f"{agent.harness.name} forks through its command line, not a hook")
+    files = session_files(agent, sandbox, conversation)
+    if not files:
+        raise DispatchError(
+            "session", f"conversation {conversation} not found: cannot fork it", {"field": "conversation"}
+        )
+    child, written = fork(conversation, files)
+    for rel, content in written.items():
+        target = sandbox.home / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    return child
 
 
 def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,7 @@ ENVIRONMENT = {"NO_COLOR": "1"}
 
 
 def request(input: AgentInput, model: str | None, program: str) -> Command:
+    # A fork arrives here already prepared by ``fork`` (a resume of the child thread).
     args: list[str] = ["exec", "--json", "--skip-git-repo-check"]
     if model:
         args += ["--model", model]
@@ -301,6 +305,28 @@ def restore_path(conversation: str, captured: str, workspace: Path) -> str:
     return captured  # codex finds a thread by id anywhere under sessions/
 
 
+def fork(conversation: str, files: Mapping[str, bytes]) -> tuple[str, dict[str, bytes]]:
+    """Fork a thread: its rollout copied under a new thread id (codex resumes any rollout it finds by id)."""
+    child = _uuid7()
+    old, new = conversation.encode(), child.encode()
+    out: dict[str, bytes] = {}
+    for path, content in files.items():
+        if not path.endswith(f"{conversation}.jsonl"):
+            continue
+        out[path[: -len(f"{conversation}.jsonl")] + f"{child}.jsonl"] = content.replace(old, new)
+    if not out:
+        raise DispatchError("session", f"no rollout of thread {conversation} to fork", {"field": "conversation"})
+    return child, out
+
+
+def _uuid7() -> str:
+    """A time-ordered UUID (version 7), the shape of codex's own thread ids."""
+    value = (int(time.time() * 1000) & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return str(uuid.UUID(int=value))
+
+
 def transcript_usage(text: str) -> Usage:
     """The thread's running total from the last ``token_count`` event of a rollout file."""
     last: Any = None
@@ -330,7 +356,8 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         configuration=configuration,
         bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
         resumable=True,
-        forkable=False,
+        forkable=True,
+        fork=fork,
         live_input=False,
         cumulative_usage=True,
         session_globs=session_globs,
