@@ -235,7 +235,7 @@ async def test_network_down_past_the_deadline_is_a_timeout_without_orphans(
             seen_running.extend(processes_with(marker))
 
     turn = await run_turn(
-        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=4, on_event=look
+        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=6, on_event=look
     )
 
     assert seen_running, "the marker variable did not reach the CLI: the orphan check would be blind"

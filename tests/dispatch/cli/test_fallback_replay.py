@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from muster_dispatch import (
     local_provider,
     quota_fault,
     replay_agent,
+    unavailable_fault,
 )
 from tests.dispatch.cli.support import RESET_EPOCH, claude_agent, codex_agent, run_turn, user_texts
 from tests.dispatch.conftest import InstalledClis
@@ -74,6 +76,39 @@ async def test_fallback_from_a_quota_limited_claude_to_a_working_codex(
     assert str(workspace.resolve()) in " ".join(user_texts(codex_request))
 
 
+async def test_fallback_on_an_outage_and_only_when_the_trigger_is_listed(
+    installed_clis: InstalledClis,
+    fake_anthropic: FakeAnthropic,
+    fake_openai: FakeOpenAI,
+    workspace: Path,
+    tmp_path: Path,
+) -> None:
+    claude = claude_agent(installed_clis.claude, fake_anthropic.url, name="claude-main")
+    codex = codex_agent(installed_clis.codex, fake_openai.url, name="codex-backup")
+
+    # Triggers: quota only. An overloaded Claude is an outage: no hand-over, Codex is never asked.
+    fake_anthropic.script.plan(anthropic.overloaded(None))
+    only_quota = await run_turn(
+        fallback_agent([claude, codex], on=("quota",)), "Do the job", workspace, local_provider(tmp_path / "a")
+    )
+    assert only_quota.result.status == "failed"
+    assert only_quota.result.error is not None and only_quota.result.error.code == "process"
+    assert unavailable_fault(only_quota.result.error) is not None
+    assert [a.agent for a in only_quota.result.attempts] == ["claude-main"]
+    assert fake_openai.script.model_requests() == []
+
+    # Default triggers include "unavailable": the same outage hands over to Codex.
+    fake_anthropic.script.reset(anthropic.overloaded(None))
+    fake_openai.script.plan(Reply(text="Codex took over."))
+    handed = await run_turn(fallback_agent([claude, codex]), "Do the job", workspace, local_provider(tmp_path / "b"))
+    assert handed.result.status == "completed", handed.result.error
+    assert handed.result.text == "Codex took over."
+    assert handed.result.selected == "codex-backup"
+    (event,) = handed.of("fallback")
+    assert event.code == "unavailable"
+    assert "Do the job" in user_texts(fake_openai.script.model_requests()[0])
+
+
 async def test_every_candidate_at_quota_reports_the_earliest_reset(
     installed_clis: InstalledClis,
     fake_anthropic: FakeAnthropic,
@@ -112,8 +147,13 @@ async def test_record_then_replay_without_any_cli(
     assert recorded.result.status == "completed", recorded.result.error
     requests_after_recording = len(fake_anthropic.script.requests)
 
-    observations = [line for line in journal_path.read_text().splitlines() if line.strip()]
+    observations = [json.loads(line) for line in journal_path.read_text().splitlines() if line.strip()]
     assert observations, "the dispatch wrote no journal"
+    for observation in observations:
+        assert set(observation) == {"seq", "at", "source", "scope", "event"}
+    assert [o["seq"] for o in observations] == sorted({o["seq"] for o in observations})
+    recorded_types = [o["event"]["type"] for o in observations]
+    assert "text" in recorded_types and "usage" in recorded_types
 
     replay = replay_agent(journal_path)
     assert replay.kind == "replay" and replay.remaining_turns == 1
