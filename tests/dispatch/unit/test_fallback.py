@@ -159,3 +159,36 @@ def test_fallback_configuration_errors() -> None:
         fallback_agent([second], on=("weather",))  # type: ignore[list-item]
     with pytest.raises(DispatchError):
         fallback_agent([fallback_agent([second])])  # type: ignore[list-item]
+
+
+async def test_steering_a_custom_agent_is_refused_and_the_turn_goes_on(tmp_path: Path) -> None:
+    import anyio
+
+    release = anyio.Event()
+
+    async def fn(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+        yield AgentEvent("text", text="started")
+        await release.wait()
+        yield AgentEvent("text", text="finished")
+
+    run = dispatch(custom_agent(fn), AgentInput("x"), workspace=tmp_path)
+    assert (await run.__anext__()).text == "started"
+    with pytest.raises(DispatchError) as info:
+        await run.steer("change of plan")
+    assert info.value.code == "steering"
+    release.set()
+    result = await run.result()
+    assert result.status == "completed" and result.text == "finished"
+
+
+async def test_custom_agent_deadline_is_a_timeout(tmp_path: Path) -> None:
+    import anyio
+
+    async def fn(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+        assert context.deadline is not None and context.deadline <= 0.5
+        yield AgentEvent("text", text="thinking")
+        await anyio.sleep(60)
+
+    result = await dispatch(custom_agent(fn), AgentInput("x"), workspace=tmp_path, deadline=0.5).result()
+    assert result.status == "failed" and result.error is not None and result.error.code == "timeout"
+    assert result.text == "thinking"

@@ -91,6 +91,7 @@ class Dispatch:
         self._live: Any = None  # the live-message encoder while a live-input process runs
         self._live_sent = 0
         self._live_done = 0
+        self._running: DispatchAgent = agent  # the candidate running now (a fallback's current one)
         self._replay_turn: RecordedTurn | None = None
         self._replay_steered = 0
 
@@ -121,19 +122,24 @@ class Dispatch:
         running = self._current_agent()
         if isinstance(running, ReplayAgent):
             # A replay runs nothing: steering is only checked against the recording (even once replayed).
+            if self._replay_turn is None and not task.done():
+                await asyncio.sleep(0)  # let the replay take its recorded turn first
             self._record("turn.steer", {"text": text}, source="replay")
             self._replay_steer(running, text)
             return
         if task.done():
             raise DispatchError("steering", "the turn is over")
-        self._record("turn.steer", {"text": text})
         process = self._process
         if self._live is not None and process is not None:
+            self._record("turn.steer", {"text": text})
             self._live_sent += 1
             await process.write(self._live(text))
             return
-        if not getattr(self._current_agent(), "resumable", False):
-            raise DispatchError("steering", f"{self.agent.name} cannot resume a conversation: steering needs it")
+        if isinstance(running, CustomAgent):
+            raise DispatchError("steering", f"custom agent {running.name} does not accept steering")
+        if not getattr(running, "resumable", False):
+            raise DispatchError("steering", f"{running.name} cannot resume a conversation: steering needs it")
+        self._record("turn.steer", {"text": text})
         self._steering.append(text)
         self._request_stop("steering")
 
@@ -178,7 +184,7 @@ class Dispatch:
         return self._task
 
     def _current_agent(self) -> DispatchAgent:
-        return self._running if hasattr(self, "_running") else self.agent
+        return self._running
 
     def _request_stop(self, reason: StopReason) -> None:
         if self._stop_reason != "aborted":
