@@ -116,10 +116,19 @@ def stream_events(reply: Reply, model: str) -> Iterator[bytes]:
             {
                 "type": "content_block_start",
                 "index": index,
-                "content_block": {"type": "tool_use", "id": tool_id, "name": SHELL_TOOL, "input": {}},
+                "content_block": {
+                    "type": "tool_use",
+                    "id": tool_id,
+                    "name": reply.tool.name or SHELL_TOOL,
+                    "input": {},
+                },
             },
         )
-        arguments = json.dumps({"command": reply.tool.command, "description": "Run the command"})
+        arguments = json.dumps(
+            reply.tool.arguments
+            if reply.tool.arguments is not None
+            else {"command": reply.tool.command, "description": "Run the command"}
+        )
         half = len(arguments) // 2
         for piece in (arguments[:half], arguments[half:]):
             yield _sse(

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,14 @@ class Scenario:
     sandbox: str | None = "danger-full-access"  # codex sandbox_mode (None: codex's default)
 
 
+def with_workdir(plan: Plan, work: Path) -> Plan:
+    """Plans may name paths under ``WORKDIR``: the capture's real workspace."""
+    if isinstance(plan, Reply) and plan.tool is not None and plan.tool.arguments is not None:
+        arguments = json.loads(json.dumps(plan.tool.arguments).replace("WORKDIR", str(work)))
+        return replace(plan, tool=replace(plan.tool, arguments=arguments))
+    return plan
+
+
 def claude_session(stdout: list[str]) -> str:
     for line in stdout:
         try:
@@ -206,6 +214,43 @@ def claude_scenarios() -> list[Scenario]:
             ],
             prompt="Run echo",
             extra_args=["--include-partial-messages"],
+        ),
+        Scenario(
+            "file-change",
+            [
+                Reply(tool=ToolCall(name="Write", arguments={"file_path": "WORKDIR/hello.txt", "content": "hello\n"})),
+                Reply(text="Wrote hello.txt."),
+            ],
+            prompt="Create hello.txt",
+        ),
+        Scenario(
+            "file-change-accept-edits",
+            [
+                Reply(tool=ToolCall(name="Write", arguments={"file_path": "WORKDIR/hello.txt", "content": "hello\n"})),
+                Reply(text="Wrote hello.txt."),
+            ],
+            prompt="Create hello.txt",
+            extra_args=["--permission-mode", "acceptEdits"],
+        ),
+        Scenario(
+            "file-change-bypass",
+            [
+                Reply(tool=ToolCall(name="Write", arguments={"file_path": "WORKDIR/hello.txt", "content": "hello\n"})),
+                Reply(text="Wrote hello.txt."),
+            ],
+            prompt="Create hello.txt",
+            extra_args=["--permission-mode", "bypassPermissions"],
+        ),
+        Scenario(
+            "bash-write-default",
+            [Reply(tool=ToolCall("touch made-by-bash.txt && echo made")), Reply(text="Done.")],
+            prompt="Make a file with bash",
+        ),
+        Scenario(
+            "bash-write-accept-edits",
+            [Reply(tool=ToolCall("touch made-by-bash.txt && echo made")), Reply(text="Done.")],
+            prompt="Make a file with bash",
+            extra_args=["--permission-mode", "acceptEdits"],
         ),
         Scenario(
             "tool-default-permissions",
@@ -258,6 +303,14 @@ def codex_scenarios() -> list[Scenario]:
             prompt="Run echo",
         ),
         Scenario(
+            "file-change",
+            [
+                Reply(tool=ToolCall(patch="*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch\n")),
+                Reply(text="Wrote hello.txt."),
+            ],
+            prompt="Create hello.txt",
+        ),
+        Scenario(
             "tool-default-sandbox",
             [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command printed it.")],
             prompt="Run echo",
@@ -290,12 +343,12 @@ def capture(cli: str, executable: str, names: set[str]) -> None:
         for scenario in scenarios:
             if names and scenario.name not in names:
                 continue
-            fake.script.reset(*scenario.plans)
             with tempfile.TemporaryDirectory(prefix=f"capture-{cli}-") as tmp:
                 root = Path(tmp)
                 home, work = root / "home", root / "work"
                 home.mkdir()
                 work.mkdir()
+                fake.script.reset(*(with_workdir(plan, work) for plan in scenario.plans))
                 url = f"http://127.0.0.1:{free_port()}" if scenario.network_down else fake.url
                 env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
                 if cli == "claude":

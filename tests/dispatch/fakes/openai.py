@@ -43,6 +43,15 @@ def _shell_tool(body: Any) -> tuple[str, str]:
 
 
 def _function_call(tool: ToolCall, body: Any) -> dict[str, Any]:
+    if tool.patch is not None:  # apply_patch is a freeform (custom) tool for codex's models
+        return {
+            "id": f"ctc_{uuid.uuid4().hex[:24]}",
+            "type": "custom_tool_call",
+            "status": "completed",
+            "call_id": tool.call_id,
+            "name": "apply_patch",
+            "input": tool.patch,
+        }
     name, key = _shell_tool(body)
     command: Any = tool.command if key == "cmd" or name == "shell_command" else ["bash", "-lc", tool.command]
     return {
@@ -154,25 +163,30 @@ def stream_events(reply: Reply, body: Any) -> Iterator[bytes]:
             {
                 "type": "response.output_item.added",
                 "output_index": index,
-                "item": {**item, "status": "in_progress", "arguments": ""},
+                "item": {
+                    **item,
+                    "status": "in_progress",
+                    **({"arguments": ""} if "arguments" in item else {"input": ""}),
+                },
             }
         )
-        yield event(
-            {
-                "type": "response.function_call_arguments.delta",
-                "item_id": item["id"],
-                "output_index": index,
-                "delta": item["arguments"],
-            }
-        )
-        yield event(
-            {
-                "type": "response.function_call_arguments.done",
-                "item_id": item["id"],
-                "output_index": index,
-                "arguments": item["arguments"],
-            }
-        )
+        if item["type"] == "function_call":
+            yield event(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "delta": item["arguments"],
+                }
+            )
+            yield event(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "arguments": item["arguments"],
+                }
+            )
         yield event({"type": "response.output_item.done", "output_index": index, "item": item})
         output.append(item)
     usage = {

@@ -15,10 +15,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A call of the CLI's shell tool. ``command`` is the shell command line the model asks the CLI to run."""
+    """A call of the CLI's shell tool. ``command`` is the shell command line the model asks the CLI to run.
 
-    command: str
+    ``name``/``arguments`` call another tool instead (Claude: e.g. ``Write`` with ``file_path``/``content``);
+    ``patch`` makes codex's freeform ``apply_patch`` call with that patch text.
+    """
+
+    command: str = ""
     call_id: str = "call_1"
+    name: str | None = None
+    arguments: dict[str, Any] | None = None
+    patch: str | None = None
 
 
 @dataclass(frozen=True)
