@@ -91,6 +91,22 @@ async def test_shell_tool_call_then_answer(
     assert (turn.result.usage.input, turn.result.usage.output) == (240, 60)
 
 
+async def test_file_change_through_apply_patch(
+    installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
+) -> None:
+    patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello from codex\n*** End Patch\n"
+    fake_openai.script.plan(Reply(tool=ToolCall(patch=patch)), Reply(text="Wrote hello.txt."))
+    agent = codex_agent(installed_clis.codex, fake_openai.url)
+
+    turn = await run_turn(agent, "Create hello.txt", workspace, local_provider(tmp_path / "sandboxes"))
+
+    assert turn.result.status == "completed", turn.result.error
+    assert (workspace / "hello.txt").read_text() == "hello from codex\n"
+    (change,) = turn.of("file_change")
+    assert str(workspace.resolve() / "hello.txt") in str(change.data)
+    assert turn.result.text == "Wrote hello.txt."
+
+
 async def test_transient_errors_are_retries_not_failures(
     installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
 ) -> None:
