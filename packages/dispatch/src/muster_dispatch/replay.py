@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from muster_dispatch.errors import DispatchError
+from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.events import AgentEvent
+from muster_dispatch.inputs import AgentInput
 from muster_dispatch.journal import Journal
 from muster_dispatch.results import TurnResult
 
@@ -62,6 +63,28 @@ class ReplayAgent:
         """Steering recorded in the next turn, without consuming it."""
         with self._lock:
             return list(self.turns[self._next].steering) if self._next < len(self.turns) else []
+
+
+def replay_turn(agent: ReplayAgent, turn: RecordedTurn, input: AgentInput) -> list[AgentEvent]:
+    """The events a replay of ``turn`` emits for ``input``: divergence warnings (``"warn"``), then the recording.
+
+    Raises ``ReplayDivergence`` on a prompt mismatch under ``"fail"``.
+    """
+    out: list[AgentEvent] = []
+    if turn.prompt != input.prompt:
+        details: dict[str, Any] = {"reason": "prompt", "expected": turn.prompt, "actual": input.prompt}
+        if agent.divergence == "fail":
+            raise ReplayDivergence("the prompt differs from the recorded turn", details)
+        out.append(
+            AgentEvent("warning", text="replay: the prompt differs from the recorded turn", code="prompt", data=details)
+        )
+    recorded = (turn.continuation or {}).get("conversation")
+    actual = input.continuation.conversation if input.continuation else None
+    if recorded != actual:
+        # Only a notice: a conversation id is an artefact of the recording, the prompt is the contract.
+        details = {"reason": "continuation", "expected": recorded, "actual": actual}
+        out.append(AgentEvent("warning", text="replay: the continuation differs", code="continuation", data=details))
+    return out + list(turn.events)
 
 
 def replay_agent(

@@ -20,13 +20,13 @@ from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, Dispatc
 from muster_dispatch.bootstrap import ensure_cli, ready_cli
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.events import AgentEvent
-from muster_dispatch.faults import earliest, quota_fault, unavailable_fault
+from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import Journal
 from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
-from muster_dispatch.replay import RecordedTurn, ReplayAgent
-from muster_dispatch.results import Attempt, TurnResult
+from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
+from muster_dispatch.results import TurnResult
 from muster_dispatch.sessions import (
     capture_conversation,
     conversation_usage,
@@ -228,7 +228,7 @@ class Dispatch:
                 result = await self._run_fallback(self.agent)
             else:
                 result = await self._run_agent(self.agent, self.input)
-                attempt = _attempt(self.agent, result)
+                attempt = attempt_of(self.agent, result)
                 result = replace(
                     result, attempts=result.attempts or [attempt], selected=result.selected or self.agent.name
                 )
@@ -264,78 +264,18 @@ class Dispatch:
     # ------------------------------------------------------------------ fallback
 
     async def _run_fallback(self, agent: FallbackAgent) -> TurnResult:
-        attempts: list[Attempt] = []
-        usage: Usage | None = None
-        result: TurnResult | None = None
-        selected = agent.agents[0]
-        events = 0
-        for index, candidate in enumerate(agent.agents):
-            selected = candidate
-            # A conversation id belongs to one CLI: later candidates get the original brief only.
-            candidate_input = self.input if index == 0 else AgentInput(self.input.prompt)
-            result = await self._run_agent(candidate, candidate_input)
-            attempts.append(_attempt(candidate, result))
-            events += result.events
-            usage = result.usage if usage is None else usage + result.usage
-            trigger = _trigger(result.error, agent.on)
-            if trigger is None or index == len(agent.agents) - 1:
-                break
-            following = agent.agents[index + 1]
-            assert result.error is not None
-            self._emit(
-                AgentEvent("fallback", text=result.error.message, name=following.name, code=trigger, id=candidate.name),
-                candidate,
-                "harness",
-            )
-        assert result is not None and usage is not None
-        error = result.error
-        if error is not None and all(a.error is not None and a.error.code == "quota" for a in attempts):
-            resets = [f.reset_at if (f := quota_fault(a.error)) else None for a in attempts]
-            reset_at = earliest(resets)
-            details: dict[str, Any] = {"attempts": len(attempts)}
-            if reset_at is not None:
-                details["reset_at"] = reset_at.isoformat()
-            error = DispatchError("quota", "every candidate hit its usage limit: " + error.message, details)
-        return replace(
-            result,
-            usage=usage,
-            error=error,
-            attempts=attempts,
-            selected=selected.name,
-            events=events,
+        return await run_fallback(
+            agent, self.input, self._run_agent, lambda event, by: self._emit(event, by, "harness")
         )
-
-    # ------------------------------------------------------------------ replay
 
     async def _run_replay(self, agent: ReplayAgent, input: AgentInput) -> TurnResult:
         turn = agent.next_turn()
         if turn is None:
             raise ReplayDivergence("the replay journal is exhausted", {"reason": "exhausted"})
         self._replay_turn = turn
-        if turn.prompt != input.prompt:
-            details: dict[str, Any] = {"reason": "prompt", "expected": turn.prompt, "actual": input.prompt}
-            if agent.divergence == "fail":
-                raise ReplayDivergence("the prompt differs from the recorded turn", details)
-            self._emit(
-                AgentEvent(
-                    "warning", text="replay: the prompt differs from the recorded turn", code="prompt", data=details
-                ),
-                agent,
-                "replay",
-            )
-        recorded_conv = (turn.continuation or {}).get("conversation")
-        actual_conv = input.continuation.conversation if input.continuation else None
-        if recorded_conv != actual_conv:
-            # Only a notice: a conversation id is an artefact of the recording, the prompt is the contract.
-            details = {"reason": "continuation", "expected": recorded_conv, "actual": actual_conv}
-            self._emit(
-                AgentEvent("warning", text="replay: the continuation differs", code="continuation", data=details),
-                agent,
-                "replay",
-            )
-        for event in turn.events:
+        for event in replay_turn(agent, turn, input):
             self._emit(event, agent, "replay")
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a replay streams like a run: consumers see events one by one
         assert turn.result is not None
         return turn.result
 
@@ -559,25 +499,3 @@ def _as_stopped(reason: StopReason) -> Stopped:
 def _failed(error: DispatchError) -> TurnResult:
     status: Literal["failed", "canceled"] = "canceled" if error.code == "aborted" else "failed"
     return TurnResult(status=status, text=None, usage=Usage.missing(), error=error)
-
-
-def _attempt(agent: DispatchAgent, result: TurnResult) -> Attempt:
-    return Attempt(
-        agent=agent.name,
-        kind=agent.kind,
-        status=result.status,
-        usage=result.usage,
-        conversation=result.conversation,
-        error=result.error,
-        text=result.text,
-    )
-
-
-def _trigger(error: DispatchError | None, on: frozenset[str]) -> str | None:
-    if error is None:
-        return None
-    if "quota" in on and error.code == "quota":
-        return "quota"
-    if "unavailable" in on and unavailable_fault(error) is not None:
-        return "unavailable"
-    return None
