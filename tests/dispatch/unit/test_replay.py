@@ -151,3 +151,13 @@ async def test_recorded_steering_replays_and_other_steering_diverges(tmp_path: P
     warnings = [event for event in [e async for e in lenient] if event.type == "warning"]
     assert [w.code for w in warnings] == ["steering"] and warnings[0].data["reason"] == "unrecorded"
     assert (await lenient.result()).text == "hang | go on"
+
+
+def test_journal_takes_an_injected_clock(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    fixed = datetime(2030, 1, 1, tzinfo=UTC)
+    journal = Journal(tmp_path / "j.jsonl", clock=lambda: fixed)
+    observation = journal.record("harness", {"dispatch": "d"}, {"type": "raw"})
+    assert observation.at == "2030-01-01T00:00:00+00:00" and journal.last_seq == 1
+    assert Journal(tmp_path / "j.jsonl").observations()[0].at == observation.at

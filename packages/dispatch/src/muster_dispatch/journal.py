@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,8 +31,9 @@ class Observation:
 class Journal:
     """An append-only JSONL file (or memory only when ``path`` is None)."""
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None, *, clock: Callable[[], datetime] | None = None) -> None:
         self.path = Path(path) if path is not None else None
+        self._clock = clock or _utcnow
         self._lock = threading.Lock()
         self._observations: list[Observation] = []
         if self.path is not None and self.path.exists():
@@ -41,7 +43,7 @@ class Journal:
     def record(self, source: str, scope: dict[str, Any], event: dict[str, Any]) -> Observation:
         with self._lock:
             self._seq += 1
-            observation = Observation(self._seq, datetime.now(UTC).isoformat(), source, scope, event)
+            observation = Observation(self._seq, self._clock().isoformat(), source, scope, event)
             self._observations.append(observation)
             if self.path is not None:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -56,6 +58,14 @@ class Journal:
     @classmethod
     def load(cls, path: Path | str) -> Journal:
         return cls(path)
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
 
 
 def _read(path: Path) -> list[Observation]:
