@@ -257,6 +257,32 @@ async def test_resume_continues_the_same_thread(
     assert (second.result.usage.input, second.result.usage.output) == (120, 30)
 
 
+async def test_fork_branches_into_a_new_thread(
+    installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
+) -> None:
+    fake_openai.script.plan(Reply(text="Noted: pear."), Reply(text="Forked: pear."), Reply(text="Parent: still pear."))
+    agent = codex_agent(installed_clis.codex, fake_openai.url)
+    provider = local_provider(tmp_path / "sandboxes")
+    parent = await run_turn(agent, "Remember the word pear", workspace, provider)
+    thread = parent.result.conversation
+    assert parent.result.status == "completed" and thread
+
+    child = await run_turn(agent, "Which word?", workspace, provider, continuation=Continuation(thread, fork=True))
+
+    assert child.result.status == "completed", child.result.error
+    assert child.result.text == "Forked: pear."
+    assert child.result.conversation and child.result.conversation != thread
+    request = fake_openai.script.model_requests()[-1]
+    assert "Noted: pear." in assistant_texts(request)  # the child starts from the parent's history
+    assert (child.result.usage.input, child.result.usage.output) == (120, 30)
+
+    # The parent thread is untouched by the fork: resuming it does not see the child's exchange.
+    again = await run_turn(agent, "And now?", workspace, provider, continuation=Continuation(thread))
+    assert again.result.conversation == thread
+    history = assistant_texts(fake_openai.script.model_requests()[-1])
+    assert "Noted: pear." in history and "Forked: pear." not in history
+
+
 async def test_cold_resume_through_the_store_in_a_new_home(
     installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
 ) -> None:
