@@ -213,6 +213,21 @@ def usage_limited(reset_epoch: int, times: int | None = None) -> Fail:
     return Fail(429, error_body("rate_limit_error", "Rate limited"), headers=headers, times=times)
 
 
+def credit_too_low() -> Fail:
+    """An API-key account without credit: Anthropic answers 400 invalid_request_error with this text."""
+    message = (
+        "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or "
+        "purchase credits."
+    )
+    return Fail(400, error_body("invalid_request_error", message), times=None)
+
+
+def api_usage_limit() -> Fail:
+    """A workspace spend limit set by the organisation (400 with the usage-limits text)."""
+    message = "You have reached your specified API usage limits. You will regain access on 2030-01-01 at 00:00 UTC."
+    return Fail(400, error_body("invalid_request_error", message), times=None)
+
+
 # ------------------------------------------------------------------ the app
 
 

@@ -268,6 +268,8 @@ def claude_scenarios() -> list[Scenario]:
             [a.usage_limited(RESET_EPOCH)],
             env={"CLAUDE_CODE_OAUTH_TOKEN": "sk-ant-oat01-test", "ANTHROPIC_API_KEY": ""},
         ),
+        Scenario("credit-too-low", [a.credit_too_low()]),
+        Scenario("api-usage-limit", [a.api_usage_limit()]),
         Scenario("network-down", [], network_down=True, timeout=60),
         Scenario(
             "resume",
