@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from muster_dispatch import (
+    AgentEvent,
     AgentInput,
     Dispatch,
     Journal,
@@ -194,3 +197,53 @@ async def test_replay_with_a_changed_prompt_fails_or_warns_by_policy(
     assert lenient.result.text == "Recorded answer."
     warnings = lenient.of("warning")
     assert warnings and any("prompt" in str(w.text) for w in warnings)
+
+
+async def test_replay_of_a_live_input_turn_checks_its_steering(
+    installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    gate = threading.Event()
+    fake_anthropic.script.plan(Reply(text="Answer one.", gate=gate), Reply(text="Answer two."))
+    journal_path = tmp_path / "journal.jsonl"
+    agent = claude_agent(installed_clis.claude, fake_anthropic.url)
+
+    async def steer_once(event: AgentEvent, running: Any) -> None:
+        if event.type == "conversation" and not gate.is_set():
+            await running.steer("Second message")
+            gate.set()
+
+    try:
+        recorded = await run_turn(
+            agent,
+            "First message",
+            workspace,
+            local_provider(tmp_path / "sandboxes"),
+            live_input=True,
+            journal=Journal(journal_path),
+            on_event=steer_once,
+        )
+    finally:
+        gate.set()
+    assert recorded.result.text == "Answer two.", recorded.result.error
+    requests_after_recording = len(fake_anthropic.script.requests)
+
+    replay = replay_agent(journal_path)
+    assert replay.pending_steering() == ["Second message"]
+
+    steered: list[str] = []
+
+    async def same_steering(event: AgentEvent, running: Any) -> None:
+        if event.type == "conversation" and not steered:  # live input: one init (conversation) per message
+            steered.append("Second message")
+            await running.steer("Second message")
+
+    replayed = await run_turn(replay, "First message", workspace, None, live_input=True, on_event=same_steering)
+    assert replayed.result.text == "Answer two."
+    assert replayed.result.status == "completed"
+
+    # Different steering under "fail": steer() itself raises the divergence.
+    strict = dispatch(replay_agent(journal_path), AgentInput("First message", live_input=True), workspace=workspace)
+    with pytest.raises(ReplayDivergence):
+        await strict.steer("Something else")
+    await drain(strict)
+    assert len(fake_anthropic.script.requests) == requests_after_recording, "a replay reached the model"
