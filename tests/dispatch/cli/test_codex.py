@@ -17,6 +17,7 @@ from muster_dispatch import (
     AgentEvent,
     Continuation,
     DirectoryConversationStore,
+    cli_agent,
     local_provider,
     quota_fault,
     unavailable_fault,
@@ -305,3 +306,21 @@ async def test_cold_resume_through_the_store_in_a_new_home(
     assert second.result.conversation == thread
     assert "Noted: kiwi." in assistant_texts(fake_openai.script.model_requests()[-1])
     assert list(fresh_root.rglob(f"rollout-*{thread}.jsonl")), "the rollout was not restored into the new home"
+
+
+async def test_an_error_item_is_a_warning_not_a_failure(
+    installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
+) -> None:
+    """A model outside codex's catalog: codex prints an `item.completed` of type `error` and carries on."""
+    fake_openai.script.plan(Reply(text="Hi."))
+    base = codex_agent(installed_clis.codex, fake_openai.url)
+    agent = cli_agent(base.harness, model="muster-unknown-model", variables=base.variables)
+
+    turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"))
+
+    assert turn.result.status == "completed", turn.result.error
+    assert turn.result.text == "Hi."
+    assert any("muster-unknown-model" in str(w.text) for w in turn.of("warning")), turn.types
+    assert not turn.of("failure")
+    (request,) = fake_openai.script.model_requests()
+    assert request.body["model"] == "muster-unknown-model"

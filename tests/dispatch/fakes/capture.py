@@ -326,6 +326,7 @@ def codex_scenarios() -> list[Scenario]:
         Scenario("auth", [o.auth_failed()]),
         Scenario("usage-limit", [o.usage_limited(RESET_EPOCH)]),
         Scenario("insufficient-quota", [o.insufficient_quota()]),
+        Scenario("unknown-model", [Reply(text="Hi.")], extra_args=["--model", "muster-unknown-model"]),
         Scenario("network-down", [], network_down=True, timeout=25),
         Scenario(
             "resume",
