@@ -22,7 +22,7 @@ from muster_dispatch.harness import Harness
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "tests" / "dispatch" / "transcripts"
 DECODE_LINES = 100_000  # per harness (the transcripts repeated)
-TURNS = 40  # per variant for the overhead benchmark
+TURNS = 200  # per variant for the overhead benchmark
 
 
 def _lines(prefix: str) -> list[str]:

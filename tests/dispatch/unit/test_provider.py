@@ -206,3 +206,28 @@ def test_dotenv_parsing(tmp_path: Path) -> None:
     with pytest.raises(DispatchError) as info:
         read_dotenv(path)
     assert info.value.code == "workspace" and info.value.details == {"line": 1}
+
+
+# Exits at once after its answer but leaves a child holding stdout open.
+PIPE_HOLDER_CLI = """
+import subprocess
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["PID_FILE"], "w") as f:
+    json.dump([os.getpid(), child.pid], f)
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "done", "usage": {}}))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+async def test_a_child_holding_the_pipes_is_swept_after_the_cli_exits(tmp_path: Path) -> None:
+    import anyio
+
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(
+        claude_harness(executable=make_cli(tmp_path, PIPE_HOLDER_CLI)), variables={"PID_FILE": str(pid_file)}
+    )
+    with anyio.fail_after(20):
+        result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
+    assert result.status == "completed" and result.text == "done"
+    assert _wait_dead(json.loads(pid_file.read_text()))

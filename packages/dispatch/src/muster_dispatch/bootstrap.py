@@ -75,6 +75,8 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
 def ready_cli(harness: Harness) -> Path | None:
     """The executable when no install or version check is needed (no blocking work), else None."""
     if harness.executable:
+        if os.path.isabs(harness.executable) and os.access(harness.executable, os.X_OK):
+            return Path(harness.executable)
         return ensure_cli(harness)
     spec = harness.bootstrap
     if spec is None:

@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,14 @@ class Sandbox:
     id: str
     workspace: Path
     home: Path
+
+    @property
+    def tmp(self) -> str:
+        return os.path.join(self.home, "tmp")
+
+    @property
+    def dotenv(self) -> Path:
+        return self.workspace / ".outpost" / ".env"
 
 
 class LocalProcess:
@@ -78,6 +86,45 @@ class LocalProcess:
         self.signal_group(signal.SIGKILL)
         await self.process.wait()
 
+    def watch_exit(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` once the CLI process itself exits, even while a child still holds its pipes (asyncio's
+        ``wait()`` on Python 3.11 waits for the pipes too). Returns a function that stops watching."""
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            loop.call_soon(callback)  # already gone
+            return lambda: None
+        except (AttributeError, OSError):
+            return self._poll_exit(loop, callback)
+        closed = False
+
+        def stop() -> None:
+            nonlocal closed
+            if not closed:
+                closed = True
+                loop.remove_reader(fd)
+                os.close(fd)
+
+        def fired() -> None:
+            stop()
+            callback()
+
+        loop.add_reader(fd, fired)
+        return stop
+
+    def _poll_exit(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
+        handle: list[asyncio.TimerHandle] = []
+
+        def check() -> None:
+            if self.process.returncode is not None:
+                callback()
+            else:
+                handle[:] = [loop.call_later(0.2, check)]
+
+        handle.append(loop.call_later(0.2, check))
+        return lambda: handle[0].cancel()
+
     def sweep(self) -> None:
         """After a normal exit: kill what the CLI left running in its group (helpers, servers)."""
         self.signal_group(signal.SIGKILL)
@@ -90,16 +137,22 @@ class LocalProvider:
         self.root = Path(root)
         self.variables: dict[str, str] = dict(variables or {})
         self._configured: dict[tuple[str, str], AgentConfiguration] = {}
+        self._sandboxes: dict[str, Sandbox] = {}
 
     def sandbox(self, workspace: Path) -> Sandbox:
         """One sandbox per workspace: its private home persists across turns of this provider (warm resume)."""
-        workspace = Path(workspace).resolve()
-        if not workspace.is_dir():
-            raise DispatchError("workspace", f"workspace {workspace} is not a directory", {"field": "workspace"})
-        key = hashlib.sha256(str(workspace).encode()).hexdigest()[:16]
+        cached = self._sandboxes.get(str(workspace))
+        if cached is not None and os.path.isdir(cached.tmp) and os.path.isdir(cached.workspace):
+            return cached  # the common case costs two stat calls, not a resolve and a mkdir
+        resolved = Path(workspace).resolve()
+        if not resolved.is_dir():
+            raise DispatchError("workspace", f"workspace {resolved} is not a directory", {"field": "workspace"})
+        key = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
         home = self.root / key / "home"
         (home / "tmp").mkdir(parents=True, exist_ok=True)
-        return Sandbox(key, workspace, home)
+        sandbox = Sandbox(key, resolved, home)
+        self._sandboxes[str(workspace)] = sandbox
+        return sandbox
 
     def configure(self, sandbox: Sandbox, agent: str, configuration: AgentConfiguration) -> None:
         """Write the agent's configuration into the private home, once per sandbox and agent (again if it changed)."""
@@ -121,9 +174,13 @@ class LocalProvider:
         self,
         sandbox: Sandbox,
         *,
-        harness: Mapping[str, str] = {},
-        agent: Mapping[str, str] = {},
+        harness: Mapping[str, str] | None = None,
+        agent: Mapping[str, str] | None = None,
+        dotenv: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
+        """The process environment; ``dotenv``: ``.outpost/.env`` when the caller already read it."""
+        harness = harness or {}
+        agent = agent or {}
         conflicts = sorted(set(self.variables) & set(agent))
         if conflicts:
             raise DispatchError(
@@ -135,12 +192,13 @@ class LocalProvider:
         env.setdefault("PATH", os.defpath)
         env.setdefault("LANG", "C.UTF-8")
         env["TERM"] = "dumb"
-        env["HOME"] = str(sandbox.home)
-        env["TMPDIR"] = str(sandbox.home / "tmp")
+        home = str(sandbox.home)
+        env["HOME"] = home
+        env["TMPDIR"] = sandbox.tmp
         for name, value in harness.items():
-            env[name] = str(sandbox.home / value[2:]) if value.startswith("~/") else value
+            env[name] = f"{home}/{value[2:]}" if value.startswith("~/") else value
         env.update(self.variables)
-        env.update(read_dotenv(sandbox.workspace / ".outpost" / ".env"))
+        env.update(read_dotenv(sandbox.dotenv) if dotenv is None else dotenv)
         env.update(agent)
         return env
 

@@ -11,7 +11,7 @@ import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import Journal
-from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox
+from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox, read_dotenv
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
 from muster_dispatch.results import TurnResult
 from muster_dispatch.sessions import (
@@ -91,6 +91,7 @@ class Dispatch:
         self._live: Any = None  # the live-message encoder while a live-input process runs
         self._live_sent = 0
         self._live_done = 0
+        self._wakers: list[Callable[[], None]] = []  # wake a waiting _supervise on a stop request
         self._running: DispatchAgent = agent  # the candidate running now (a fallback's current one)
         self._replay_turn: RecordedTurn | None = None
         self._replay_steered = 0
@@ -191,6 +192,8 @@ class Dispatch:
             self._stop_reason = reason
         assert self._stop is not None
         self._stop.set()
+        for ring in list(self._wakers):
+            ring()
 
     def _record(
         self, etype: str, payload: dict[str, Any], *, agent: str | None = None, source: str = "harness"
@@ -311,16 +314,33 @@ class Dispatch:
         return state.conclude(exit_code=None)
 
     async def _supervise(self, task: asyncio.Future[Any]) -> StopReason | None:
-        """Wait for ``task``, a stop request or the deadline; which one stopped the turn (None: it ended)."""
+        """Wait for ``task``, a stop request or the deadline; which one stopped the turn (None: it ended).
+
+        One future woken by callbacks (no helper task, no asyncio.wait): this runs once per turn on the hot path.
+        """
         assert self._stop is not None
-        stop = asyncio.ensure_future(self._stop.wait())
-        try:
-            done, _ = await asyncio.wait({task, stop}, timeout=self._time_left(), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-        if task in done:
+        if not task.done() and not self._stop.is_set():
+            loop = asyncio.get_running_loop()
+            wake: asyncio.Future[None] = loop.create_future()
+
+            def ring(_: object = None) -> None:
+                if not wake.done():
+                    wake.set_result(None)
+
+            task.add_done_callback(ring)
+            self._wakers.append(ring)
+            left = self._time_left()
+            timer = loop.call_later(left, ring) if left is not None else None
+            try:
+                await wake
+            finally:
+                task.remove_done_callback(ring)
+                self._wakers.remove(ring)
+                if timer is not None:
+                    timer.cancel()
+        if task.done():
             return None
-        if stop in done:
+        if self._stop.is_set():
             return self._stop_reason or "aborted"
         return "timeout"
 
@@ -406,15 +426,14 @@ class Dispatch:
         return result
 
     def _environment(self, agent: CliAgent, provider: LocalProvider, sandbox: Sandbox) -> dict[str, str]:
-        from muster_dispatch.provider import read_dotenv
-
         harness = agent.harness
-        visible = {**provider.variables, **read_dotenv(sandbox.workspace / ".outpost" / ".env"), **agent.variables}
+        dotenv = read_dotenv(sandbox.dotenv)
+        visible = {**provider.variables, **dotenv, **agent.variables}
         harness.credentials(visible)  # validates; a local provider passes the variables themselves
         configuration = harness.configuration(visible)
         provider.configure(sandbox, harness.name, configuration)
         return provider.environment(
-            sandbox, harness={**harness.environment, **configuration.env}, agent=agent.variables
+            sandbox, harness={**harness.environment, **configuration.env}, agent=agent.variables, dotenv=dotenv
         )
 
     async def _run_process(
@@ -460,15 +479,28 @@ class Dispatch:
                 state.observe(event)
                 self._emit(event, agent, "harness")
 
-        readers = asyncio.gather(read_stdout(), read_stderr())
+        stderr = asyncio.ensure_future(read_stderr())
+        loop = asyncio.get_running_loop()
+        # If the CLI exits but a child keeps its pipes open, the readers would wait forever: sweep the group after
+        # a grace period.
+        grace: list[asyncio.TimerHandle] = []
+
+        def sweep_if_stuck() -> None:
+            if not task.done():
+                process.sweep()
+
+        unwatch = process.watch_exit(lambda: grace.append(loop.call_later(READ_GRACE, sweep_if_stuck)))
 
         async def run() -> int:
-            code = await process.wait()
-            if not readers.done():
-                _, pending = await asyncio.wait({readers}, timeout=READ_GRACE)
-                if pending:
-                    process.sweep()  # a child kept the pipes open
-            await readers
+            try:
+                await read_stdout()
+                await stderr
+                code = await process.wait()
+            finally:
+                stderr.cancel()
+                unwatch()
+                for handle in grace:
+                    handle.cancel()
             process.sweep()
             return code
 
@@ -482,7 +514,6 @@ class Dispatch:
                 await asyncio.wait_for(task, READ_GRACE + 1)
             if not task.done():
                 task.cancel()
-                readers.cancel()
                 with contextlib.suppress(BaseException):
                     await task
             self._emit(AgentEvent("stopped", code="aborted" if stopped == "aborted" else stopped), agent, "harness")
