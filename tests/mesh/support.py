@@ -1,9 +1,17 @@
-"""Helpers for the mesh's service tests: an app on a database with a manual clock, and token headers."""
+"""Helpers for the mesh's service tests: an app on a database with a fake clock, real server processes, headers."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,14 +19,32 @@ import httpx
 from muster_api.db.engine import create_engine
 from muster_api.runtime import Runtime
 from muster_api.settings import Settings
-from muster_mesh.testing import ManualClock
+from muster_mesh import FakeClock
 from tests.support.app import serve
+
+ROOT = Path(__file__).resolve().parents[2]
+
+AGENT_FIELDS = {
+    "agent_id",
+    "role",
+    "repo",
+    "caps",
+    "status",
+    "status_since",
+    "status_age_seconds",
+    "last_seen_at",
+    "heartbeat_age_seconds",
+    "expires_at",
+    "ttl_seconds",
+    "alive",
+}
+MESSAGE_FIELDS = {"seq", "message_id", "from", "body", "thread_id", "sent_at"}
 
 
 @asynccontextmanager
-async def mesh_app(db_url: str, clock: ManualClock | None = None) -> AsyncIterator[httpx.AsyncClient]:
-    settings = Settings(database_url=db_url)
-    runtime = Runtime(settings=settings, engine=create_engine(settings.database_url), now=clock or ManualClock())
+async def mesh_app(db_url: str, clock: FakeClock | None = None, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    config = Settings(database_url=db_url, **settings)
+    runtime = Runtime(settings=config, engine=create_engine(config.database_url), now=clock or FakeClock())
     async with serve(db_url, runtime=runtime) as client:
         yield client
 
@@ -33,3 +59,69 @@ async def join(client: httpx.AsyncClient, agent_id: str, **fields: Any) -> str:
     token = r.json()["token"]
     assert isinstance(token, str)
     return token
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ServerProcess:
+    """A ``muster`` API server in its own process on a free loopback port."""
+
+    db_url: str
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash or a power cut of the process."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@contextmanager
+def server_process(db_url: str, **env: str) -> Iterator[ServerProcess]:
+    port = free_port()
+    environ = {
+        **os.environ,
+        "MUSTER_DATABASE_URL": db_url,
+        "MUSTER_LOG_LEVEL": "WARNING",
+        "PYTHONPATH": str(ROOT),
+        **env,
+    }
+    argv = [sys.executable, "-m", "uvicorn", "muster_api.app:app_from_env", "--factory"]
+    argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    process = subprocess.Popen(argv, env=environ, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = ServerProcess(db_url, port, process)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+                raise RuntimeError(f"server exited with {process.returncode}: {err[-2000:]}")
+            try:
+                if httpx.get(f"{server.base_url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("server did not become ready within 30 s")
+            time.sleep(0.05)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        if process.stderr is not None:
+            process.stderr.close()

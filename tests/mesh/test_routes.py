@@ -1,150 +1,274 @@
-"""The mesh over REST, on both databases: the tool contract, problem+json for every refusal, long-poll."""
+"""The REST API of the mesh, in-process (lifespan running) on both databases with a fake clock."""
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from muster_mesh.testing import ManualClock
-from tests.mesh.support import auth, join, mesh_app
+from muster_mesh import FakeClock
+from tests.mesh.support import AGENT_FIELDS, MESSAGE_FIELDS, auth, join, mesh_app
 
 pytestmark = pytest.mark.anyio
 
 
-def problem(r: httpx.Response, status: int, code: str | None = None) -> dict[str, object]:
+def problem(r: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
     assert r.status_code == status, r.text
     assert r.headers["content-type"] == "application/problem+json"
-    body: dict[str, object] = r.json()
+    body: dict[str, Any] = r.json()
     if code is not None:
         assert body["code"] == code, body
     return body
 
 
-async def test_checkin_list_send_read_ack(db_url: str) -> None:
-    clock = ManualClock()
+async def test_checkin_list_send_read_ack_shapes(db_url: str) -> None:
+    clock = FakeClock()
     async with mesh_app(db_url, clock) as client:
         preview = await client.post("/mesh/checkin", json={"agent_id": "qa", "role": "ping"})
         assert preview.status_code == 200
-        assert preview.json()["preview"] is True and preview.json()["token"] is None
-        assert preview.json()["ttl_seconds"] == 900 and preview.json()["action"] == "create"
-        assert (await client.get("/mesh/agents")).json()["agents"] == []
+        assert set(preview.json()) == {"preview", "action", "agent"}
+        assert preview.json()["preview"] is True and preview.json()["action"] == "create"
+        assert set(preview.json()["agent"]) == AGENT_FIELDS and preview.json()["agent"]["ttl_seconds"] == 900
+        assert (await client.get("/mesh/agents")).json() == {"agents": [], "next_cursor": None}
 
-        qa = await join(client, "qa", role="reviewer", repo="muster", caps=["merge"], status="reviewing #12")
+        first = await client.post(
+            "/mesh/checkin",
+            json={
+                "agent_id": "qa",
+                "role": "reviewer",
+                "repo": "muster",
+                "caps": ["merge"],
+                "status": "reviewing #12",
+                "confirm": True,
+            },
+        )
+        assert set(first.json()) == AGENT_FIELDS | {"token"}
+        qa = first.json()["token"]
+        renewed = await client.post("/mesh/checkin", json={"agent_id": "qa", "confirm": True}, headers=auth(qa))
+        assert set(renewed.json()) == AGENT_FIELDS, "the token is given once"
         builder = await join(client, "builder", role="builder", repo="muster")
         clock.advance(90)
-        listing = (await client.get("/mesh/agents", headers=auth(builder))).json()["agents"]
-        by_id = {a["agent_id"]: a for a in listing}
-        assert by_id["qa"]["status"] == "reviewing #12"
+        listing = (await client.get("/mesh/agents", headers=auth(builder))).json()
+        assert set(listing) == {"agents", "next_cursor"} and listing["next_cursor"] is None
+        by_id = {a["agent_id"]: a for a in listing["agents"]}
+        assert all(set(a) == AGENT_FIELDS for a in listing["agents"])
+        assert by_id["qa"]["status"] == "reviewing #12" and by_id["qa"]["caps"] == ["merge"]
         assert by_id["qa"]["heartbeat_age_seconds"] == 90 and by_id["qa"]["status_age_seconds"] == 90
+        assert by_id["qa"]["alive"] is True and by_id["qa"]["ttl_seconds"] == 3600
         assert by_id["builder"]["heartbeat_age_seconds"] == 0, "listing with a token renewed the caller"
+        one = await client.get("/mesh/agents/qa")
+        assert one.json() == {**by_id["qa"]}
+        problem(await client.get("/mesh/agents/nobody"), 404, "agent_not_found")
 
         sent = await client.post(
             "/mesh/messages",
-            json={"to": {"role": "reviewer"}, "body": "PR ready", "confirm": True},
+            json={"role": "reviewer", "body": "PR ready", "thread_id": "pr-12", "confirm": True},
             headers=auth(builder),
         )
-        assert sent.status_code == 200 and sent.json()["stored"] == 1 and sent.json()["recipients"] == ["qa"]
+        assert sent.status_code == 200 and set(sent.json()) == {"message_id", "recipients", "stored"}
+        assert sent.json()["stored"] == 1 and sent.json()["recipients"] == ["qa"]
 
         page = (await client.get("/mesh/inbox", headers=auth(qa))).json()
-        assert [(m["seq"], m["sender"], m["body"]) for m in page["messages"]] == [(1, "builder", "PR ready")]
-        assert page["next_cursor"] == 1 and page["has_more"] is False and page["unread"] == 1
+        assert set(page) == {"messages", "next_cursor", "has_more"}
+        (message,) = page["messages"]
+        assert set(message) == MESSAGE_FIELDS
+        assert (message["seq"], message["from"], message["body"], message["thread_id"]) == (
+            1,
+            "builder",
+            "PR ready",
+            "pr-12",
+        )
+        assert message["message_id"] == sent.json()["message_id"]
+        assert page["next_cursor"] == 1 and page["has_more"] is False
         acked = await client.post("/mesh/inbox/ack", json={"cursor": 1, "confirm": True}, headers=auth(qa))
-        assert acked.json()["cursor"] == 1 and acked.json()["unread"] == 0
+        assert acked.json() == {"cursor": 1, "unread": 0}
         assert (await client.get("/mesh/inbox", headers=auth(qa))).json()["messages"] == []
         assert len((await client.get("/mesh/inbox?after=0", headers=auth(qa))).json()["messages"]) == 1
 
 
-async def test_refusals_are_problems_with_codes(db_url: str) -> None:
-    clock = ManualClock()
+async def test_previews_change_nothing(db_url: str) -> None:
+    clock = FakeClock()
     async with mesh_app(db_url, clock) as client:
-        alice = await join(client, "alice", ttl_seconds=7200)
-        await join(client, "gone", ttl_seconds=60)
-        problem(await client.get("/mesh/inbox"), 401, "token_required")
-        problem(await client.get("/mesh/inbox", headers=auth("mst_forged")), 401, "invalid_token")
-        problem(await client.get("/mesh/inbox", headers={"Authorization": "Basic abc"}), 422, "invalid_request")
-        taken = problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}), 409)
-        assert taken["code"] == "agent_id_in_use" and "expires_at" in taken
-        send = {"to": {"agent": "nobody"}, "body": "hi", "confirm": True}
-        problem(await client.post("/mesh/messages", json=send, headers=auth(alice)), 404, "recipient_not_found")
-        clock.advance(61)
-        send["to"] = {"agent": "gone"}
-        expired = problem(await client.post("/mesh/messages", json=send, headers=auth(alice)), 409, "recipient_expired")
-        assert "gone" in str(expired["detail"])
-        big = {"to": {"agent": "alice"}, "body": "x" * (64 * 1024 + 1), "confirm": True}
-        too_large = problem(
-            await client.post("/mesh/messages", json=big, headers=auth(alice)), 413, "message_too_large"
-        )
-        assert too_large["limit"] == 64 * 1024
-        beyond = {"cursor": 5, "confirm": True}
-        problem(await client.post("/mesh/inbox/ack", json=beyond, headers=auth(alice)), 422, "invalid_cursor")
-        clock.advance(7200)
-        problem(await client.get("/mesh/inbox", headers=auth(alice)), 401, "lease_expired")
+        alice = await join(client, "alice", status="idle")
+        bob = await join(client, "bob", role="qa")
+        clock.advance(30)
+        before = (await client.get("/mesh/agents")).json()
+        checkin = await client.post("/mesh/checkin", json={"agent_id": "alice", "status": "busy"}, headers=auth(alice))
+        assert checkin.json()["preview"] is True and checkin.json()["action"] == "renew"
+        assert checkin.json()["agent"]["status"] == "busy"
+        send = await client.post("/mesh/messages", json={"role": "qa", "body": "x"}, headers=auth(alice))
+        assert send.json() == {"preview": True, "action": "send", "recipients": ["bob"]}
+        await client.post("/mesh/messages", json={"to": "bob", "body": "real", "confirm": True}, headers=auth(alice))
+        clock.advance(30)
+        before = (await client.get("/mesh/agents")).json()
+        ack = await client.post("/mesh/inbox/ack", json={"cursor": 1}, headers=auth(bob))
+        assert ack.json() == {"preview": True, "action": "ack", "cursor": 1}
+        out = await client.post("/mesh/checkout", json={}, headers=auth(bob))
+        assert out.json()["preview"] is True and out.json()["action"] == "checkout"
+        assert (await client.get("/mesh/agents")).json() == before, "no lease, status or roster change"
+        assert len((await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"]) == 1, "cursor unmoved"
 
 
-@pytest.mark.parametrize(
-    ("body", "field", "rule"),
-    [
-        ({"agent_id": "a", "ttl_seconds": 59}, "ttl_seconds", "greater_than_equal"),
-        ({"agent_id": "a", "ttl_seconds": 86401}, "ttl_seconds", "less_than_equal"),
-        ({"agent_id": "a", "status": "x" * 281}, "status", "string_too_long"),
-        ({"agent_id": "a", "status": "two\nlines"}, "status", "string_pattern_mismatch"),
-        ({"agent_id": "has space"}, "agent_id", "string_pattern_mismatch"),
-        ({"role": "builder"}, "agent_id", "missing"),
-        # The pane id is local to the agent's machine: the backend refuses to even receive it.
-        ({"agent_id": "a", "herdr_pane": "%3"}, "herdr_pane", "extra_forbidden"),
-    ],
-)
-async def test_checkin_validation_names_field_and_rule(
-    tmp_path: object, body: dict[str, object], field: str, rule: str
-) -> None:
-    async with mesh_app(f"sqlite:///{tmp_path}/v.db") as client:
-        r = await client.post("/mesh/checkin", json=body)
-    errors = problem(r, 422)["errors"]
-    assert isinstance(errors, list)
-    assert {(e["field"], e["rule"]) for e in errors} == {(field, rule)}
-
-
-async def test_address_must_name_one_kind(tmp_path: object) -> None:
-    async with mesh_app(f"sqlite:///{tmp_path}/a.db") as client:
-        token = await join(client, "alice")
-        for to in ({}, {"agent": "b", "role": "qa"}):
-            r = await client.post("/mesh/messages", json={"to": to, "body": "x"}, headers=auth(token))
-            errors = problem(r, 422)["errors"]
-            assert isinstance(errors, list) and errors[0]["field"] == "to"
-
-
-async def test_idempotency_key_header_and_body(db_url: str) -> None:
+async def test_credentials_401_and_403(db_url: str) -> None:
     async with mesh_app(db_url) as client:
         alice = await join(client, "alice")
         bob = await join(client, "bob")
-        msg = {"to": {"agent": "bob"}, "body": "once", "confirm": True}
-        headers = {**auth(alice), "Idempotency-Key": "retry-1"}
-        first = (await client.post("/mesh/messages", json=msg, headers=headers)).json()
-        again = (
-            await client.post("/mesh/messages", json={**msg, "idempotency_key": "retry-1"}, headers=auth(alice))
-        ).json()
-        assert again["replayed"] is True and again["message_id"] == first["message_id"]
-        assert len((await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"]) == 1
+        calls = [
+            ("GET", "/mesh/inbox", None),
+            ("GET", "/mesh/inbox/stream", None),
+            ("POST", "/mesh/messages", {"to": "bob", "body": "x", "confirm": True}),
+            ("POST", "/mesh/inbox/ack", {"cursor": 0, "confirm": True}),
+            ("POST", "/mesh/checkout", {"confirm": True}),
+        ]
+        for method, path, body in calls:
+            problem(await client.request(method, path, json=body), 401, "token_required")
+            problem(await client.request(method, path, json=body, headers=auth("mst_forged")), 401, "invalid_token")
+            basic = {"Authorization": "Basic YTpi"}
+            problem(await client.request(method, path, json=body, headers=basic), 401, "invalid_token")
+        problem(await client.get("/mesh/agents", headers=auth("mst_forged")), 401, "invalid_token")
+        taken = problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}), 401)
+        assert taken["code"] == "agent_id_in_use" and "expires_at" in taken
+        stolen = await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}, headers=auth(bob))
+        problem(stolen, 403, "not_the_holder")
+        assert (await client.get("/mesh/inbox", headers=auth(alice))).status_code == 200, "alice is untouched"
+
+
+async def test_api_keys_guard_the_whole_api(db_url: str) -> None:
+    async with mesh_app(db_url, api_keys=["k-team"]) as client:
+        key = {"X-API-Key": "k-team"}
+        problem(await client.post("/mesh/checkin", json={"agent_id": "a", "confirm": True}), 401)
+        problem(await client.get("/mesh/agents", headers={"X-API-Key": "wrong"}), 403)
+        r = await client.post("/mesh/checkin", json={"agent_id": "a", "confirm": True}, headers=key)
+        token = r.json()["token"]
+        problem(await client.get("/mesh/inbox", headers=key), 401, "token_required")
+        assert (await client.get("/mesh/inbox", headers={**key, **auth(token)})).status_code == 200
+
+
+async def test_token_isolation(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob")
+        carol = await join(client, "carol")
+        for body in ("one", "two"):
+            msg = {"to": "alice", "body": f"for alice {body}", "confirm": True}
+            assert (await client.post("/mesh/messages", json=msg, headers=auth(carol))).status_code == 200
+        # Bob's token only ever reads and acks bob's inbox: there is no way to name another inbox.
+        for query in ("", "?after=0", "?after=1"):
+            assert (await client.get(f"/mesh/inbox{query}", headers=auth(bob))).json()["messages"] == []
+        problem(await client.get("/mesh/inbox?agent_id=alice", headers=auth(bob)), 422)
+        problem(await client.post("/mesh/inbox/ack", json={"cursor": 2, "confirm": True}, headers=auth(bob)), 422)
+        extra = {"cursor": 0, "confirm": True, "agent_id": "alice"}
+        problem(await client.post("/mesh/inbox/ack", json=extra, headers=auth(bob)), 422)
         problem(
-            await client.post("/mesh/messages", json={**msg, "body": "other"}, headers=headers),
-            409,
-            "idempotency_conflict",
+            await client.post("/mesh/checkout", json={"confirm": True, "agent_id": "alice"}, headers=auth(bob)), 422
         )
+        page = (await client.get("/mesh/inbox", headers=auth(alice))).json()
+        assert [m["body"] for m in page["messages"]] == ["for alice one", "for alice two"]
+        assert all(m["from"] == "carol" for m in page["messages"]), "the sender comes from the token"
+        # Tokens never appear in listings.
+        text = (await client.get("/mesh/agents?include_expired=true")).text + (
+            await client.get("/mesh/agents/alice")
+        ).text
+        assert all(t not in text for t in (alice, bob, carol))
+        assert "token" not in text
+
+
+async def test_expiry_with_the_fake_clock(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        alice = await join(client, "alice", ttl_seconds=7200)
+        gone = await join(client, "gone", ttl_seconds=60, role="qa")
+        clock.advance(61)
+        assert [a["agent_id"] for a in (await client.get("/mesh/agents")).json()["agents"]] == ["alice"]
+        everyone = (await client.get("/mesh/agents?include_expired=true")).json()["agents"]
+        assert [(a["agent_id"], a["alive"]) for a in everyone] == [("alice", True), ("gone", False)]
+        assert (await client.get("/mesh/agents/gone")).json()["alive"] is False
+        send = {"to": "gone", "body": "hi", "confirm": True}
+        expired = problem(await client.post("/mesh/messages", json=send, headers=auth(alice)), 409, "recipient_expired")
+        assert "gone" in expired["detail"]
+        fan = await client.post(
+            "/mesh/messages", json={"role": "qa", "body": "x", "confirm": True}, headers=auth(alice)
+        )
+        assert fan.json() == {"message_id": None, "recipients": [], "stored": 0}
+        problem(await client.get("/mesh/inbox", headers=auth(gone)), 401, "lease_expired")
+        nobody = {"to": "nobody", "body": "hi", "confirm": True}
+        problem(await client.post("/mesh/messages", json=nobody, headers=auth(alice)), 404, "recipient_not_found")
+        # Claimed anew: a new token and a fresh, empty inbox.
+        fresh = await join(client, "gone")
+        assert fresh != gone
+        assert (await client.get("/mesh/inbox?after=0", headers=auth(fresh))).json()["messages"] == []
+
+
+async def test_no_backlog(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        alice = await join(client, "alice", ttl_seconds=7200)
+        await join(client, "bob", ttl_seconds=60)
+        msg = {"to": "bob", "body": "before", "confirm": True}
+        await client.post("/mesh/messages", json=msg, headers=auth(alice))
+        clock.advance(61)
+        bob = await join(client, "bob")
+        for query in ("", "?after=0"):
+            assert (await client.get(f"/mesh/inbox{query}", headers=auth(bob))).json()["messages"] == []
+        await client.post("/mesh/messages", json={**msg, "body": "after"}, headers=auth(alice))
+        page = (await client.get("/mesh/inbox?after=0", headers=auth(bob))).json()
+        assert [(m["seq"], m["body"]) for m in page["messages"]] == [(2, "after")]
+
+
+async def test_checkout(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob")
+        out = await client.post("/mesh/checkout", json={"confirm": True}, headers=auth(bob))
+        assert out.status_code == 200 and out.json()["agent"]["alive"] is False
+        assert [a["agent_id"] for a in (await client.get("/mesh/agents")).json()["agents"]] == ["alice"]
+        problem(await client.get("/mesh/inbox", headers=auth(bob)), 401, "lease_expired")
+        msg = {"to": "bob", "body": "x", "confirm": True}
+        problem(await client.post("/mesh/messages", json=msg, headers=auth(alice)), 409, "recipient_expired")
+
+
+async def test_idempotency(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob")
+        msg = {"to": "bob", "body": "once", "confirm": True}
+        headers = {**auth(alice), "Idempotency-Key": "retry-1"}
+        first = await client.post("/mesh/messages", json=msg, headers=headers)
+        assert "idempotent-replayed" not in first.headers
+        again = await client.post("/mesh/messages", json={**msg, "idempotency_key": "retry-1"}, headers=auth(alice))
+        assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+        assert len((await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"]) == 1
+        changed = await client.post("/mesh/messages", json={**msg, "body": "other"}, headers=headers)
+        problem(changed, 409, "idempotency_conflict")
         mismatch = {**msg, "idempotency_key": "retry-2"}
         problem(await client.post("/mesh/messages", json=mismatch, headers=headers), 422, "invalid_request")
+
+        checkin = {"agent_id": "carol", "role": "qa", "confirm": True}
+        made = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
+        replay = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
+        assert replay.headers["idempotent-replayed"] == "true" and "token" not in replay.json()
+        assert {k: v for k, v in made.json().items() if k != "token"} == replay.json()
+        other = await client.post("/mesh/checkin", json={**checkin, "role": "x"}, headers={"Idempotency-Key": "c-1"})
+        problem(other, 409, "idempotency_conflict")
+        ack = {"cursor": 1, "confirm": True}
+        key = {**auth(bob), "Idempotency-Key": "a-1"}
+        assert (await client.post("/mesh/inbox/ack", json=ack, headers=key)).json() == {"cursor": 1, "unread": 0}
+        assert (await client.post("/mesh/inbox/ack", json=ack, headers=key)).headers["idempotent-replayed"] == "true"
 
 
 async def test_long_poll_answers_when_a_message_arrives(db_url: str) -> None:
     async with mesh_app(db_url) as client:
         alice = await join(client, "alice")
         bob = await join(client, "bob")
-        empty = await client.get("/mesh/inbox?wait=0.2", headers=auth(bob))
-        assert empty.status_code == 200 and empty.json()["messages"] == []
+        empty = await client.get("/mesh/inbox?wait_seconds=0.2", headers=auth(bob))
+        assert empty.status_code == 200 and empty.json() == {"messages": [], "next_cursor": 0, "has_more": False}
         answers: list[httpx.Response] = []
 
         async def poll() -> None:
-            answers.append(await client.get("/mesh/inbox?wait=30", headers=auth(bob)))
+            answers.append(await client.get("/mesh/inbox?wait_seconds=30", headers=auth(bob)))
 
         mesh = client._transport.app.state.mesh  # type: ignore[attr-defined]
         with anyio.fail_after(20):
@@ -152,16 +276,112 @@ async def test_long_poll_answers_when_a_message_arrives(db_url: str) -> None:
                 tg.start_soon(poll)
                 while mesh.notifier.waiting == 0:
                     await anyio.sleep(0.01)
-                msg = {"to": {"agent": "bob"}, "body": "ping", "confirm": True}
+                msg = {"to": "bob", "body": "ping", "confirm": True}
                 assert (await client.post("/mesh/messages", json=msg, headers=auth(alice))).json()["stored"] == 1
         assert [m["body"] for m in answers[0].json()["messages"]] == ["ping"]
 
 
+BIG = "x" * (64 * 1024 + 1)
+CHECKIN_CASES: list[tuple[dict[str, Any], int, str, str]] = [
+    ({"role": "builder"}, 422, "agent_id", "missing"),
+    ({"agent_id": "has space"}, 422, "agent_id", "string_pattern_mismatch"),
+    ({"agent_id": "a" * 65}, 422, "agent_id", "string_pattern_mismatch"),
+    ({"agent_id": 7}, 422, "agent_id", "string_type"),
+    ({"agent_id": "a", "role": "bad role"}, 422, "role", "string_pattern_mismatch"),
+    ({"agent_id": "a", "repo": ""}, 422, "repo", "string_too_short"),
+    ({"agent_id": "a", "repo": "r" * 201}, 422, "repo", "string_too_long"),
+    ({"agent_id": "a", "repo": "bad\x07"}, 422, "repo", "string_pattern_mismatch"),
+    ({"agent_id": "a", "caps": "merge"}, 422, "caps", "list_type"),
+    ({"agent_id": "a", "caps": [f"c{i}" for i in range(33)]}, 422, "caps", "too_long"),
+    ({"agent_id": "a", "caps": ["ok", "no spaces"]}, 422, "caps.1", "string_pattern_mismatch"),
+    ({"agent_id": "a", "status": "x" * 281}, 422, "status", "string_too_long"),
+    ({"agent_id": "a", "status": "two\nlines"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "ttl_seconds": 59}, 422, "ttl_seconds", "greater_than_equal"),
+    ({"agent_id": "a", "ttl_seconds": 86401}, 422, "ttl_seconds", "less_than_equal"),
+    ({"agent_id": "a", "ttl_seconds": 1.5}, 422, "ttl_seconds", "int_from_float"),
+    ({"agent_id": "a", "confirm": "maybe"}, 422, "confirm", "bool_parsing"),
+    # The pane id is local to the agent's machine: the backend refuses to even receive it.
+    ({"agent_id": "a", "herdr_pane": "%3"}, 422, "herdr_pane", "extra_forbidden"),
+    ({"agent_id": "a", "idempotency_key": "k"}, 422, "idempotency_key", "extra_forbidden"),
+]
+SEND_CASES: list[tuple[dict[str, Any], int, str, str]] = [
+    ({"body": "x"}, 422, "to", "exactly_one_address"),
+    ({"to": "b", "role": "qa", "body": "x"}, 422, "to", "exactly_one_address"),
+    ({"to": "bad id", "body": "x"}, 422, "to", "string_pattern_mismatch"),
+    ({"role": "bad role", "body": "x"}, 422, "role", "string_pattern_mismatch"),
+    ({"repo": "", "body": "x"}, 422, "repo", "string_too_short"),
+    ({"cap": "a b", "body": "x"}, 422, "cap", "string_pattern_mismatch"),
+    ({"to": "b"}, 422, "body", "missing"),
+    ({"to": "b", "body": ""}, 422, "body", "string_too_short"),
+    ({"to": "b", "body": 5}, 422, "body", "string_type"),
+    ({"to": "b", "body": BIG}, 413, "body", "message_too_large"),
+    ({"to": "b", "body": "x", "thread_id": "t" * 129}, 422, "thread_id", "string_too_long"),
+    ({"to": "b", "body": "x", "idempotency_key": "k k"}, 422, "idempotency_key", "string_pattern_mismatch"),
+    ({"to": "b", "body": "x", "confirm": "yes please"}, 422, "confirm", "bool_parsing"),
+    ({"to": "b", "body": "x", "subject": "s"}, 422, "subject", "extra_forbidden"),
+    ({"to": "b", "body": "x", "from": "alice"}, 422, "from", "extra_forbidden"),
+]
+ACK_CASES: list[tuple[dict[str, Any], int, str, str]] = [
+    ({}, 422, "cursor", "missing"),
+    ({"cursor": -1}, 422, "cursor", "greater_than_equal"),
+    ({"cursor": "last"}, 422, "cursor", "int_parsing"),
+    ({"cursor": 99, "confirm": True}, 422, "cursor", "invalid_cursor"),
+    ({"cursor": 0, "confirm": "perhaps"}, 422, "confirm", "bool_parsing"),
+    ({"cursor": 0, "extra": 1}, 422, "extra", "extra_forbidden"),
+]
+QUERY_CASES: list[tuple[str, str, str]] = [
+    ("/mesh/inbox?after=-1", "after", "greater_than_equal"),
+    ("/mesh/inbox?after=x", "after", "int_parsing"),
+    ("/mesh/inbox?limit=0", "limit", "greater_than_equal"),
+    ("/mesh/inbox?limit=501", "limit", "less_than_equal"),
+    ("/mesh/inbox?wait_seconds=61", "wait_seconds", "less_than_equal"),
+    ("/mesh/inbox?wait_seconds=-1", "wait_seconds", "greater_than_equal"),
+    ("/mesh/inbox?wait=30", "wait", "extra_forbidden"),
+    ("/mesh/agents?limit=0", "limit", "greater_than_equal"),
+    ("/mesh/agents?limit=501", "limit", "less_than_equal"),
+    ("/mesh/agents?cursor=bad%20id", "cursor", "string_pattern_mismatch"),
+    ("/mesh/agents?role=bad%20role", "role", "string_pattern_mismatch"),
+    ("/mesh/agents?cap=a%20b", "cap", "string_pattern_mismatch"),
+    ("/mesh/agents?include_expired=perhaps", "include_expired", "bool_parsing"),
+    ("/mesh/agents?status=x", "status", "extra_forbidden"),
+    ("/mesh/agents/bad%20id", "agent_id", "string_pattern_mismatch"),
+]
+
+
+def rule_of(body: dict[str, Any]) -> set[tuple[str, str]]:
+    if "errors" in body:
+        return {(e["field"], e["rule"]) for e in body["errors"]}
+    return {(body.get("field", "?"), body["code"])}
+
+
+async def test_bad_input_of_every_field_names_field_and_rule(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        token = await join(client, "alice")
+        await join(client, "b")
+        for cases, path in (
+            (CHECKIN_CASES, "/mesh/checkin"),
+            (SEND_CASES, "/mesh/messages"),
+            (ACK_CASES, "/mesh/inbox/ack"),
+        ):
+            for body, status, field, rule in cases:
+                r = await client.post(path, json=body, headers=auth(token) if path != "/mesh/checkin" else {})
+                assert rule_of(problem(r, status)) == {(field, rule)}, (path, body, r.text)
+        for url, field, rule in QUERY_CASES:
+            r = await client.get(url, headers=auth(token))
+            assert rule_of(problem(r, 422)) == {(field, rule)}, (url, r.text)
+        problem(await client.post("/mesh/checkout", json={"confirm": True, "x": 1}, headers=auth(token)), 422)
+        problem(await client.post("/mesh/messages", content=b"{not json", headers=auth(token)), 422)
+        # Nothing above was stored.
+        assert (await client.get("/mesh/inbox?after=0", headers=auth(token))).json()["messages"] == []
+        assert [a["agent_id"] for a in (await client.get("/mesh/agents")).json()["agents"]] == ["alice", "b"]
+
+
 async def test_tokens_never_reach_the_log(tmp_path: object, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level("DEBUG", logger="muster")
+    caplog.set_level(logging.DEBUG, logger="muster")
     async with mesh_app(f"sqlite:///{tmp_path}/l.db") as client:
         token = await join(client, "alice")
         await client.get("/mesh/inbox", headers=auth(token))
         await client.get("/mesh/inbox", headers=auth(token + "x"))
+        await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}, headers=auth(token))
     assert caplog.records, "the access log should have written lines"
     assert all(token not in r.getMessage() for r in caplog.records)

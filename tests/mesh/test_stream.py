@@ -1,72 +1,58 @@
-"""The inbox as Server-Sent Events, through a real uvicorn server on 127.0.0.1 (in-process transports buffer)."""
+"""The inbox as Server-Sent Events, through a real server process on 127.0.0.1 (in-process transports buffer)."""
 
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import AsyncIterator
 
 import anyio
 import httpx
 import pytest
-import uvicorn
 
-from muster_api.app import create_app
-from muster_api.settings import Settings
-from tests.mesh.support import auth, join
+from tests.mesh.support import auth, join, server_process
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-async def base_url(db_url: str) -> AsyncIterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(Settings(database_url=db_url)),
-        log_level="warning",
-        lifespan="on",
-        timeout_graceful_shutdown=2,
-    )
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
-        with anyio.fail_after(20):
-            while not server.started:
-                await anyio.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-        server.should_exit = True
-    sock.close()
+async def events(
+    client: httpx.AsyncClient, headers: dict[str, str], count: int, on_first: object = None
+) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    async with client.stream("GET", "/mesh/inbox/stream", headers=headers) as stream:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        async for line in stream.aiter_lines():
+            if line:
+                name, _, value = line.partition(": ")
+                fields[name] = value
+                continue
+            if fields.get("event") == "message":
+                seen.append((fields["id"], json.loads(fields["data"])["body"]))
+                if len(seen) == 1 and callable(on_first):
+                    await on_first()
+                if len(seen) == count:
+                    return seen
+            fields = {}
+    return seen
 
 
-async def test_stream_delivers_backlog_then_live_messages(base_url: str) -> None:
-    async with httpx.AsyncClient(base_url=base_url, timeout=20) as client:
-        alice = await join(client, "alice")
-        bob = await join(client, "bob")
+async def test_stream_delivers_backlog_then_live_messages_and_resumes(db_url: str) -> None:
+    with server_process(db_url) as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as client:
+            alice = await join(client, "alice")
+            bob = await join(client, "bob")
 
-        async def send(body: str) -> None:
-            msg = {"to": {"agent": "bob"}, "body": body, "confirm": True}
-            assert (await client.post("/mesh/messages", json=msg, headers=auth(alice))).status_code == 200
+            async def send(body: str) -> None:
+                msg = {"to": "bob", "body": body, "confirm": True}
+                assert (await client.post("/mesh/messages", json=msg, headers=auth(alice))).status_code == 200
 
-        await send("first")
-        unauthorised = await client.get("/mesh/inbox/stream")
-        assert unauthorised.status_code == 401 and unauthorised.json()["code"] == "token_required"
-        events: list[tuple[str, dict[str, object]]] = []
-        with anyio.fail_after(20):
-            async with client.stream("GET", "/mesh/inbox/stream", headers=auth(bob)) as stream:
-                assert stream.headers["content-type"].startswith("text/event-stream")
-                fields: dict[str, str] = {}
-                async for line in stream.aiter_lines():
-                    if line:
-                        name, _, value = line.partition(": ")
-                        fields[name] = value
-                        continue
-                    if fields.get("event") == "message":
-                        events.append((fields["id"], json.loads(fields["data"])))
-                        if len(events) == 1:
-                            await send("second")
-                        else:
-                            break
-                    fields = {}
-    assert [(i, e["body"]) for i, e in events] == [("1", "first"), ("2", "second")]
+            await send("first")
+            unauthorised = await client.get("/mesh/inbox/stream")
+            assert unauthorised.status_code == 401 and unauthorised.json()["code"] == "token_required"
+            with anyio.fail_after(20):
+                got = await events(client, auth(bob), 2, on_first=lambda: send("second"))
+            assert got == [("1", "first"), ("2", "second")]
+            await send("third")
+            with anyio.fail_after(20):
+                resumed = await events(client, {**auth(bob), "Last-Event-ID": "2"}, 1)
+            assert resumed == [("3", "third")], "Last-Event-ID resumes after the last event seen"

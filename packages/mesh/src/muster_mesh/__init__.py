@@ -1,12 +1,17 @@
 """muster_mesh: a roster of agent sessions with presence leases, durable per-recipient inboxes and wake-ups.
 
 ``Mesh`` holds every rule; a ``MeshStore`` keeps rows (``InMemoryMeshStore`` here, SQL in the service); a
-``Notifier`` wakes long-polls; ``PaneWaker`` wakes a Herdr pane locally.
+``Notifier`` wakes long-polls; a ``Clock`` tells the time (``FakeClock`` in tests); ``PaneWaker`` wakes a Herdr pane
+locally.
 """
 
+from muster_mesh.clock import Clock, FakeClock, system_clock
 from muster_mesh.errors import (
+    AgentNotFound,
+    Forbidden,
     IdempotencyConflict,
     IdentityConflict,
+    InvalidAddress,
     InvalidCursor,
     InvalidRequest,
     InvalidToken,
@@ -14,6 +19,7 @@ from muster_mesh.errors import (
     MeshAuthError,
     MeshError,
     MessageTooLarge,
+    NotTheHolder,
     RecipientExpired,
     RecipientNotFound,
     TokenRequired,
@@ -21,32 +27,54 @@ from muster_mesh.errors import (
 from muster_mesh.memory import InMemoryMeshStore
 from muster_mesh.mesh import Mesh, MeshLimits, default_ttl
 from muster_mesh.models import (
+    AckPreview,
     AckRequest,
     AckResult,
-    Address,
     AgentList,
     AgentView,
+    CheckinPreview,
+    CheckinRecord,
     CheckinRequest,
-    CheckinResult,
+    CheckoutPreview,
+    CheckoutRequest,
+    CheckoutResult,
     InboxMessage,
     InboxPage,
+    SendPreview,
     SendRequest,
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
-from muster_mesh.records import AgentRecord, IdempotencyRecord, InboxEntry, MessageRecord, SweepPolicy, SweepReport
+from muster_mesh.records import (
+    AgentFilter,
+    AgentRecord,
+    IdempotencyRecord,
+    InboxEntry,
+    MessageRecord,
+    SweepPolicy,
+    SweepReport,
+)
 from muster_mesh.store import MeshStore, MeshTx, Notifier, Subscription
 from muster_mesh.wake import PaneWaker, pane_from_env, wake_text
 
 __all__ = [
+    "AckPreview",
     "AckRequest",
     "AckResult",
-    "Address",
+    "AgentFilter",
     "AgentList",
+    "AgentNotFound",
     "AgentRecord",
     "AgentView",
+    "CheckinPreview",
+    "CheckinRecord",
     "CheckinRequest",
-    "CheckinResult",
+    "CheckoutPreview",
+    "CheckoutRequest",
+    "CheckoutResult",
+    "Clock",
+    "FakeClock",
+    "Forbidden",
     "IdempotencyConflict",
     "IdempotencyRecord",
     "IdentityConflict",
@@ -54,6 +82,7 @@ __all__ = [
     "InboxEntry",
     "InboxMessage",
     "InboxPage",
+    "InvalidAddress",
     "InvalidCursor",
     "InvalidRequest",
     "InvalidToken",
@@ -67,10 +96,12 @@ __all__ = [
     "MeshTx",
     "MessageRecord",
     "MessageTooLarge",
+    "NotTheHolder",
     "Notifier",
     "PaneWaker",
     "RecipientExpired",
     "RecipientNotFound",
+    "SendPreview",
     "SendRequest",
     "SendResult",
     "Subscription",
@@ -79,5 +110,6 @@ __all__ = [
     "TokenRequired",
     "default_ttl",
     "pane_from_env",
+    "system_clock",
     "wake_text",
 ]

@@ -1,17 +1,21 @@
 """Errors of muster_mesh. Every one carries a stable ``code`` so that an agent can act on it without parsing prose.
 
 MeshError                      root: anything the mesh refuses
-├── MeshAuthError              the caller's session token does not let it act
+├── MeshAuthError              no usable credentials (401)
 │   ├── TokenRequired          no token presented where one is needed
-│   ├── InvalidToken           the token is not any agent's current session
-│   └── LeaseExpired           the token's session lease ran out: check in again (same token keeps the identity)
-├── IdentityConflict           check-in of a live agent_id without its token (would steal a live identity)
-├── RecipientNotFound          direct message to an agent_id that never checked in
-├── RecipientExpired           direct message to an agent whose lease expired
-├── IdempotencyConflict        an idempotency key reused with different arguments
-├── InvalidCursor              an ack beyond the last message of the inbox
-├── MessageTooLarge            a message body over the size bound
-└── InvalidRequest             a request the models accept but the mesh cannot (e.g. a malformed pane id)
+│   │   └── IdentityConflict   check-in of a live agent_id without its token (would steal a live identity)
+│   ├── InvalidToken           the token is not any agent's session
+│   └── LeaseExpired           the token's session lease ran out (or it checked out): check in anew
+├── Forbidden                  credentials of someone else (403)
+│   └── NotTheHolder           check-in of a live agent_id with another session's token
+├── AgentNotFound              no agent with this agent_id (404)
+│   └── RecipientNotFound      direct message to an agent_id that is not checked in
+├── RecipientExpired           direct message to an agent whose lease expired (409)
+├── IdempotencyConflict        an idempotency key reused with different arguments (409)
+├── InvalidCursor              an ack beyond the last message of the inbox (422)
+├── MessageTooLarge            a message body over the size bound (413)
+└── InvalidRequest             a request the models accept but the mesh cannot (422)
+    └── InvalidAddress         a message without exactly one of to / role / repo / cap
 """
 
 from __future__ import annotations
@@ -43,6 +47,18 @@ class TokenRequired(MeshAuthError):
     code = "token_required"
 
 
+class IdentityConflict(TokenRequired):
+    code = "agent_id_in_use"
+
+    def __init__(self, agent_id: str, expires_at: datetime) -> None:
+        super().__init__(
+            f"agent_id {agent_id!r} is held by a live session until {expires_at.isoformat()}; present its token "
+            "(Authorization: Bearer …) to renew it, or choose another agent_id",
+            agent_id=agent_id,
+            expires_at=expires_at.isoformat(),
+        )
+
+
 class InvalidToken(MeshAuthError):
     code = "invalid_token"
 
@@ -52,30 +68,36 @@ class LeaseExpired(MeshAuthError):
 
     def __init__(self, agent_id: str, expired_at: datetime) -> None:
         super().__init__(
-            f"the lease of {agent_id!r} expired at {expired_at.isoformat()}; check in again with the same token "
-            "to keep the identity",
+            f"the lease of {agent_id!r} ended at {expired_at.isoformat()}; check in again to start a new session",
             agent_id=agent_id,
             expired_at=expired_at.isoformat(),
         )
 
 
-class IdentityConflict(MeshError):
-    code = "agent_id_in_use"
+class Forbidden(MeshError):
+    code = "forbidden"
 
-    def __init__(self, agent_id: str, expires_at: datetime) -> None:
+
+class NotTheHolder(Forbidden):
+    code = "not_the_holder"
+
+    def __init__(self, agent_id: str) -> None:
         super().__init__(
-            f"agent_id {agent_id!r} is held by a live session until {expires_at.isoformat()}; present its token to "
-            "renew it, or choose another agent_id",
+            f"the token presented is not the session of {agent_id!r}, which is live: it cannot be checked in by "
+            "another session",
             agent_id=agent_id,
-            expires_at=expires_at.isoformat(),
         )
 
 
-class RecipientNotFound(MeshError):
-    code = "recipient_not_found"
+class AgentNotFound(MeshError):
+    code = "agent_not_found"
 
     def __init__(self, agent_id: str) -> None:
         super().__init__(f"no agent {agent_id!r} has checked in", agent_id=agent_id)
+
+
+class RecipientNotFound(AgentNotFound):
+    code = "recipient_not_found"
 
 
 class RecipientExpired(MeshError):
@@ -83,7 +105,7 @@ class RecipientExpired(MeshError):
 
     def __init__(self, agent_id: str, expired_at: datetime) -> None:
         super().__init__(
-            f"agent {agent_id!r} is not live: its lease expired at {expired_at.isoformat()}; nothing was stored",
+            f"agent {agent_id!r} is not live: its lease ended at {expired_at.isoformat()}; nothing was stored",
             agent_id=agent_id,
             expired_at=expired_at.isoformat(),
         )
@@ -106,7 +128,10 @@ class InvalidCursor(MeshError):
 
     def __init__(self, cursor: int, last_seq: int) -> None:
         super().__init__(
-            f"cursor {cursor} is beyond the last message of this inbox ({last_seq})", cursor=cursor, last_seq=last_seq
+            f"cursor {cursor} is beyond the last message of this inbox ({last_seq})",
+            cursor=cursor,
+            last_seq=last_seq,
+            field="cursor",
         )
 
 
@@ -114,8 +139,21 @@ class MessageTooLarge(MeshError):
     code = "message_too_large"
 
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"message body is {size} bytes; the limit is {limit} bytes", size=size, limit=limit)
+        super().__init__(
+            f"body is {size} bytes (UTF-8); the limit is {limit} bytes", size=size, limit=limit, field="body"
+        )
 
 
 class InvalidRequest(MeshError):
     code = "invalid_request"
+
+
+class InvalidAddress(InvalidRequest):
+    code = "invalid_address"
+
+    def __init__(self, given: list[str]) -> None:
+        named = ", ".join(given) if given else "none"
+        super().__init__(
+            f"a message needs exactly one address: one of to, role, repo, cap (given: {named})",
+            errors=[{"field": "to", "rule": "exactly_one_address", "message": f"given: {named}"}],
+        )

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import anyio
 
 from muster_mesh.records import (
+    AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
@@ -23,6 +24,7 @@ from muster_mesh.records import (
 class _State:
     def __init__(self) -> None:
         self.agents: dict[str, AgentRecord] = {}
+        self.by_token: dict[str, str] = {}
         self.messages: dict[str, MessageRecord] = {}
         # Per inbox: sequences (ascending) and the message id at each, kept side by side for bisect.
         self.inbox: dict[str, tuple[list[int], list[str]]] = {}
@@ -48,18 +50,44 @@ class _MemoryTx:
         self._undo.clear()
 
     def _set_agent(self, record: AgentRecord) -> None:
-        old = self._s.agents.get(record.agent_id)
-        self._s.agents[record.agent_id] = record
-        if old is None:
-            self._undo.append(lambda: self._s.agents.pop(record.agent_id, None))
-        else:
-            self._undo.append(lambda: self._s.agents.__setitem__(record.agent_id, old))
+        s = self._s
+        old = s.agents.get(record.agent_id)
+        s.agents[record.agent_id] = record
+        if old is not None:
+            s.by_token.pop(old.token_hash, None)
+        s.by_token[record.token_hash] = record.agent_id
+
+        def undo() -> None:
+            s.by_token.pop(record.token_hash, None)
+            if old is None:
+                s.agents.pop(record.agent_id, None)
+            else:
+                s.agents[record.agent_id] = old
+                s.by_token[old.token_hash] = old.agent_id
+
+        self._undo.append(undo)
 
     async def get_agent(self, agent_id: str, *, for_update: bool = False) -> AgentRecord | None:
         return self._s.agents.get(agent_id)
 
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
-        return next((a for a in self._s.agents.values() if a.token_hash == token_hash), None)
+        agent_id = self._s.by_token.get(token_hash)
+        return self._s.agents.get(agent_id) if agent_id is not None else None
+
+    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+        agent = await self.find_by_token(token_hash)
+        if agent is None or not agent.live_at(now):
+            return agent
+        renewed = replace(agent, last_seen_at=now, expires_at=now + timedelta(seconds=agent.ttl_seconds))
+        self._set_agent(renewed)
+        return renewed
+
+    async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
+        agent = self._s.agents.get(agent_id)
+        if agent is None or agent.token_hash != token_hash or not agent.live_at(now):
+            return False
+        self._set_agent(replace(agent, last_seen_at=now, expires_at=expires_at))
+        return True
 
     async def create_agent(self, record: AgentRecord) -> bool:
         if record.agent_id in self._s.agents:
@@ -70,34 +98,44 @@ class _MemoryTx:
     async def replace_agent(self, record: AgentRecord) -> None:
         self._set_agent(record)
 
-    async def touch_agent(self, agent_id: str, last_seen_at: datetime, expires_at: datetime) -> None:
-        agent = self._s.agents[agent_id]
-        self._set_agent(replace(agent, last_seen_at=last_seen_at, expires_at=expires_at))
-
     async def set_cursor(self, agent_id: str, read_cursor: int) -> None:
         self._set_agent(replace(self._s.agents[agent_id], read_cursor=read_cursor))
 
-    async def list_agents(self, *, live_at: datetime | None) -> list[AgentRecord]:
-        agents = sorted(self._s.agents.values(), key=lambda a: a.agent_id)
-        return [a for a in agents if live_at is None or a.live_at(live_at)]
+    async def end_lease(self, agent_id: str, now: datetime) -> None:
+        self._set_agent(replace(self._s.agents[agent_id], last_seen_at=now, expires_at=now))
+
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        ids = sorted(self._s.agents)
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        found: list[AgentRecord] = []
+        for agent_id in ids[start:]:
+            agent = self._s.agents[agent_id]
+            if where.matches(agent):
+                found.append(agent)
+                if len(found) == limit:
+                    break
+        return found
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         return [self._s.agents[i] for i in sorted(set(agent_ids)) if i in self._s.agents]
 
-    async def add_message(self, message: MessageRecord, recipients: Sequence[str]) -> dict[str, int]:
+    async def bump(self, agent_ids: Sequence[str], live_at: datetime) -> dict[str, int]:
+        seqs: dict[str, int] = {}
+        for agent_id in sorted(set(agent_ids)):
+            agent = self._s.agents.get(agent_id)
+            if agent is not None and agent.live_at(live_at):
+                seqs[agent_id] = agent.last_seq + 1
+                self._set_agent(replace(agent, last_seq=agent.last_seq + 1))
+        return seqs
+
+    async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         self._s.messages[message.message_id] = message
         self._undo.append(lambda: self._s.messages.pop(message.message_id, None))
-        seqs: dict[str, int] = {}
-        for rid in sorted(set(recipients)):
-            agent = self._s.agents[rid]
-            seq = agent.last_seq + 1
-            self._set_agent(replace(agent, last_seq=seq))
-            seq_list, ids = self._s.inbox.setdefault(rid, ([], []))
+        for agent_id, seq in sorted(seqs.items()):
+            seq_list, ids = self._s.inbox.setdefault(agent_id, ([], []))
             seq_list.append(seq)
             ids.append(message.message_id)
             self._undo.append(_popper(seq_list, ids))
-            seqs[rid] = seq
-        return seqs
 
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         seq_list, ids = self._s.inbox.get(agent_id, ([], []))
@@ -119,14 +157,15 @@ class _MemoryTx:
         return True
 
     async def sweep(self, policy: SweepPolicy) -> SweepReport:
-        # Sweeping is not undone on error: it only deletes what nobody can reach any more.
+        # Sweeping is not undone on error: it only deletes what nobody can reach any more. Memory is cheap to sweep
+        # whole, so the batch bound is not applied here.
         report = SweepReport()
         s = self._s
         for k in [k for k, r in s.idempotency.items() if r.expires_at <= policy.now]:
             del s.idempotency[k]
             report.idempotency_keys += 1
         for aid in [a.agent_id for a in s.agents.values() if a.expires_at < policy.agents_expired_before]:
-            del s.agents[aid]
+            s.by_token.pop(s.agents.pop(aid).token_hash, None)
             report.agents += 1
             report.inbox_entries += len(s.inbox.pop(aid, ([], []))[0])
         for aid, (seq_list, ids) in s.inbox.items():

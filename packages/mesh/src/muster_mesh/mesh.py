@@ -1,4 +1,8 @@
-"""The mesh: roster with presence leases, durable inboxes, wake-ups. All the rules live here, once, for every store."""
+"""The mesh: roster with presence leases, durable inboxes, wake-ups. All the rules live here, once, for every store.
+
+Hot paths are counted in store calls (one SQL statement each): a renewal check-in is 2, an inbox read 2, an ack 2,
+a direct send 5, each in one transaction.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -14,33 +17,43 @@ from typing import Any, TypeVar
 import anyio
 from pydantic import BaseModel
 
+from muster_mesh.clock import Clock, system_clock
 from muster_mesh.errors import (
+    AgentNotFound,
     IdempotencyConflict,
     IdentityConflict,
+    InvalidAddress,
     InvalidCursor,
     InvalidToken,
     LeaseExpired,
     MessageTooLarge,
+    NotTheHolder,
     RecipientExpired,
     RecipientNotFound,
     TokenRequired,
 )
 from muster_mesh.models import (
+    AckPreview,
     AckRequest,
     AckResult,
     Action,
-    Address,
     AgentList,
     AgentView,
+    CheckinPreview,
+    CheckinRecord,
     CheckinRequest,
-    CheckinResult,
+    CheckoutPreview,
+    CheckoutRequest,
+    CheckoutResult,
     InboxMessage,
     InboxPage,
+    SendPreview,
     SendRequest,
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
 from muster_mesh.records import (
+    AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
@@ -53,7 +66,6 @@ from muster_mesh.tokens import new_token, token_hash
 
 log = logging.getLogger("muster.mesh")
 
-Clock = Callable[[], datetime]
 R = TypeVar("R", bound=BaseModel)
 
 SHORT_LEASE_ROLES = frozenset({"ping", "verification"})
@@ -61,12 +73,8 @@ SHORT_TTL_SECONDS = 900
 WORKING_TTL_SECONDS = 3600
 
 
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 def default_ttl(role: str | None) -> int:
-    """The silence a role can afford: short for probes, an hour for working roles."""
+    """The silence a role can afford: short for probes, an hour for working roles (and when no role is given)."""
     return SHORT_TTL_SECONDS if role in SHORT_LEASE_ROLES else WORKING_TTL_SECONDS
 
 
@@ -76,39 +84,31 @@ class MeshLimits:
     max_wait_seconds: float = 60.0
     default_page: int = 100
     max_page: int = 500
+    max_fanout: int = 10_000
     read_retention: timedelta = timedelta(days=7)
     expired_agent_retention: timedelta = timedelta(days=7)
     idempotency_ttl: timedelta = timedelta(hours=24)
+    sweep_batch: int = 1000
 
 
 class _Replay(Exception):
     """A concurrent request with the same idempotency key committed first: run again to replay its answer."""
 
 
-def _view(agent: AgentRecord, now: datetime) -> AgentView:
+def view(agent: AgentRecord, now: datetime) -> AgentView:
     return AgentView(
         agent_id=agent.agent_id,
         role=agent.role,
         repo=agent.repo,
         caps=list(agent.caps),
         status=agent.status,
-        ttl_seconds=agent.ttl_seconds,
-        checked_in_at=agent.checked_in_at,
+        status_since=agent.status_since,
+        status_age_seconds=(now - agent.status_since).total_seconds(),
         last_seen_at=agent.last_seen_at,
-        status_changed_at=agent.status_changed_at,
-        expires_at=agent.expires_at,
-        alive=agent.live_at(now),
         heartbeat_age_seconds=(now - agent.last_seen_at).total_seconds(),
-        status_age_seconds=(now - agent.status_changed_at).total_seconds(),
-        expires_in_seconds=(agent.expires_at - now).total_seconds(),
-    )
-
-
-def _matches(agent: AgentRecord, to: Address) -> bool:
-    return (
-        (to.role is None or agent.role == to.role)
-        and (to.repo is None or agent.repo == to.repo)
-        and (to.cap is None or to.cap in agent.caps)
+        expires_at=agent.expires_at,
+        ttl_seconds=agent.ttl_seconds,
+        alive=agent.live_at(now),
     )
 
 
@@ -117,15 +117,22 @@ def _fingerprint(operation: str, payload: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _message(entry: InboxEntry) -> InboxMessage:
+    m = entry.message
+    return InboxMessage(
+        seq=entry.seq, message_id=m.message_id, sender=m.sender, body=m.body, thread_id=m.thread_id, sent_at=m.sent_at
+    )
+
+
 class Mesh:
-    """The four tools (check-in, list, send, inbox) plus ack and the sweeper, over any ``MeshStore``."""
+    """The tools (check-in, list, get, send, read inbox, ack, check-out) and the sweeper, over any ``MeshStore``."""
 
     def __init__(
         self,
         store: MeshStore,
         notifier: Notifier | None = None,
         *,
-        clock: Clock = utc_now,
+        clock: Clock = system_clock,
         limits: MeshLimits | None = None,
     ) -> None:
         self.store = store
@@ -141,20 +148,25 @@ class Mesh:
             raise ValueError("the mesh clock must return timezone-aware datetimes")
         return now.astimezone(UTC)
 
-    async def _authenticate(self, tx: MeshTx, token: str | None, now: datetime, *, renew: bool) -> AgentRecord:
-        """The caller's agent from its token; ``renew`` extends its lease (every acting call does)."""
+    @staticmethod
+    def _hash(token: str | None) -> str:
         if not token:
             raise TokenRequired("this mesh call needs the session token from check-in (Authorization: Bearer …)")
-        agent = await tx.find_by_token(token_hash(token))
+        return token_hash(token)
+
+    @staticmethod
+    def _usable(agent: AgentRecord | None, now: datetime) -> AgentRecord:
         if agent is None:
-            raise InvalidToken("the token is not the current session of any agent; check in again")
+            raise InvalidToken("the token is not the session of any agent; check in to get one")
         if not agent.live_at(now):
             raise LeaseExpired(agent.agent_id, agent.expires_at)
-        if renew:
-            expires_at = now + timedelta(seconds=agent.ttl_seconds)
-            await tx.touch_agent(agent.agent_id, now, expires_at)
-            agent = replace(agent, last_seen_at=now, expires_at=expires_at)
         return agent
+
+    async def _caller(self, tx: MeshTx, token: str | None, now: datetime, *, renew: bool) -> AgentRecord:
+        """The caller's live agent from its token; ``renew`` extends its lease (every acting call does)."""
+        hashed = self._hash(token)
+        agent = await (tx.renew(hashed, now) if renew else tx.find_by_token(hashed))
+        return self._usable(agent, now)
 
     async def _replayed(
         self, tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str, model: type[R]
@@ -177,7 +189,7 @@ class Mesh:
         key: str | None,
         operation: str,
         fingerprint: str,
-        result: BaseModel,
+        result: dict[str, Any],
         now: datetime,
     ) -> None:
         if key is None:
@@ -187,7 +199,7 @@ class Mesh:
             key=key,
             operation=operation,
             fingerprint=fingerprint,
-            result=result.model_dump(mode="json"),
+            result=result,
             created_at=now,
             expires_at=now + self.limits.idempotency_ttl,
         )
@@ -196,85 +208,87 @@ class Mesh:
 
     # ------------------------------------------------------------------ check-in
 
-    async def checkin(self, request: CheckinRequest, *, token: str | None = None) -> CheckinResult:
-        """Create, renew or replace (after expiry) the session of ``agent_id``; a preview unless ``confirm``."""
+    async def checkin(
+        self, request: CheckinRequest, *, token: str | None = None, idempotency_key: str | None = None
+    ) -> CheckinPreview | CheckinRecord:
+        """Create or renew the session of ``agent_id``; a preview unless ``confirm``.
+
+        A live agent_id is renewed only with its own token; an expired (or checked-out) one is claimed anew: a new
+        session, a new token, a fresh and empty inbox."""
         # Two tries: a concurrent first check-in or a concurrent same-key retry may win the race once; the second
         # run then sees its row and answers from it (refusal or replay).
         for attempt in (1, 2):
             try:
-                return await self._checkin(request, token)
+                return await self._checkin(request, token, idempotency_key)
             except _Replay:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    async def _checkin(self, request: CheckinRequest, token: str | None) -> CheckinResult:
+    async def _checkin(
+        self, request: CheckinRequest, token: str | None, key: str | None
+    ) -> CheckinPreview | CheckinRecord:
         now = self._now()
         presented = token_hash(token) if token else None
         scope = f"checkin:{request.agent_id}"
-        payload = request.model_dump(mode="json", exclude={"confirm", "idempotency_key"})
-        fingerprint = _fingerprint("checkin", {**payload, "token": presented})
+        fingerprint = _fingerprint(
+            "checkin", {**request.model_dump(mode="json", exclude={"confirm"}), "token": presented}
+        )
         async with self.store.transaction() as tx:
             if request.confirm:
-                replayed = await self._replayed(
-                    tx, scope, request.idempotency_key, "checkin", fingerprint, CheckinResult
-                )
+                replayed = await self._replayed(tx, scope, key, "checkin", fingerprint, CheckinRecord)
                 if replayed is not None:
                     return replayed
             current = await tx.get_agent(request.agent_id, for_update=True)
-            action: Action
-            if current is None:
-                action = "create"
-            elif presented is not None and presented == current.token_hash:
+            action: Action = "create"
+            if current is not None and current.live_at(now):
+                if presented is None:
+                    raise IdentityConflict(current.agent_id, current.expires_at)
+                if presented != current.token_hash:
+                    raise NotTheHolder(current.agent_id)
                 action = "renew"
-            elif current.live_at(now):
-                raise IdentityConflict(current.agent_id, current.expires_at)
+            kept = current if action == "renew" else None
+            role = request.role if request.role is not None else (kept.role if kept else None)
+            if request.ttl_seconds is not None:
+                ttl = request.ttl_seconds
+            elif kept is not None and request.role is None:
+                ttl = kept.ttl_seconds
             else:
-                action = "replace"
-
-            role = request.role if request.role is not None else (current.role if current else None)
-            ttl = request.ttl_seconds or default_ttl(role)
-            status = request.status if request.status is not None else (current.status if current else "")
-            status_changed = current.status_changed_at if current and current.status == status else now
-            new_token_value = new_token() if action != "renew" else None
+                ttl = default_ttl(role)
+            status = request.status if request.status is not None else (kept.status if kept else "")
+            minted = new_token() if action == "create" else None
+            # A new session starts after the backlog: the inbox delivers only what arrives after its check-in.
+            last_seq = current.last_seq if current else 0
             record = AgentRecord(
                 agent_id=request.agent_id,
-                session_id=current.session_id if current and action == "renew" else uuid.uuid4().hex,
-                token_hash=token_hash(new_token_value) if new_token_value else (presented or ""),
+                token_hash=token_hash(minted) if minted else (presented or ""),
                 role=role,
-                repo=request.repo if request.repo is not None else (current.repo if current else None),
-                caps=tuple(request.caps) if request.caps is not None else (current.caps if current else ()),
+                repo=request.repo if request.repo is not None else (kept.repo if kept else None),
+                caps=tuple(request.caps) if request.caps is not None else (kept.caps if kept else ()),
                 status=status,
                 ttl_seconds=ttl,
-                checked_in_at=current.checked_in_at if current and action == "renew" else now,
                 last_seen_at=now,
-                status_changed_at=status_changed if action == "renew" else now,
+                status_since=kept.status_since if kept and kept.status == status else now,
                 expires_at=now + timedelta(seconds=ttl),
-                last_seq=current.last_seq if current else 0,
-                # A new session starts after the backlog: agent_inbox delivers only what arrives after check-in.
-                read_cursor=current.read_cursor
-                if current and action == "renew"
-                else (current.last_seq if current else 0),
-                floor_seq=current.floor_seq if current and action == "renew" else (current.last_seq if current else 0),
+                last_seq=last_seq,
+                read_cursor=kept.read_cursor if kept else last_seq,
+                floor_seq=kept.floor_seq if kept else last_seq,
             )
-            result = CheckinResult(
-                preview=not request.confirm,
-                action=action,
-                ttl_seconds=ttl,
-                agent=_view(record, now),
-                token=new_token_value if request.confirm else None,
-            )
+            shown = view(record, now)
             if not request.confirm:
-                return result
-            if action == "create":
+                return CheckinPreview(action=action, agent=shown)
+            if current is None:
                 if not await tx.create_agent(record):
                     raise _Replay
             else:
                 await tx.replace_agent(record)
-            await self._remember(tx, scope, request.idempotency_key, "checkin", fingerprint, result, now)
+            result = CheckinRecord(**shown.__dict__, token=minted, action=action)
+            # The token is stored only as a hash: a replay answers the record without it.
+            remembered = result.model_dump(mode="json", exclude={"token"})
+            await self._remember(tx, scope, key, "checkin", fingerprint, remembered, now)
             return result
 
-    # ------------------------------------------------------------------ list
+    # ------------------------------------------------------------------ directory
 
     async def list_agents(
         self,
@@ -284,24 +298,41 @@ class Mesh:
         role: str | None = None,
         repo: str | None = None,
         cap: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
     ) -> AgentList:
-        """The directory: live agents (all when ``include_expired``), with heartbeat and status ages."""
+        """The directory in agent_id order, a page at a time: live agents (all when ``include_expired``) with
+        heartbeat and status ages. A token, when given, renews its agent's lease."""
+        now = self._now()
+        limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
+        where = AgentFilter(live_at=None if include_expired else now, role=role, repo=repo, cap=cap)
+        async with self.store.transaction() as tx:
+            if token is not None:
+                await self._caller(tx, token, now, renew=True)
+            rows = await tx.list_agents(where, after=cursor, limit=limit + 1)
+        shown = rows[:limit]
+        return AgentList(
+            agents=[view(a, now) for a in shown], next_cursor=shown[-1].agent_id if len(rows) > limit else None
+        )
+
+    async def get_agent(self, agent_id: str, *, token: str | None = None) -> AgentView:
+        """One agent (live or not, until swept); ``AgentNotFound`` when it never checked in."""
         now = self._now()
         async with self.store.transaction() as tx:
             if token is not None:
-                await self._authenticate(tx, token, now, renew=True)
-            agents = await tx.list_agents(live_at=None if include_expired else now)
-        wanted = [
-            a
-            for a in agents
-            if (role is None or a.role == role) and (repo is None or a.repo == repo) and (cap is None or cap in a.caps)
-        ]
-        return AgentList(now=now, agents=[_view(a, now) for a in wanted])
+                await self._caller(tx, token, now, renew=True)
+            agent = await tx.get_agent(agent_id)
+        if agent is None:
+            raise AgentNotFound(agent_id)
+        return view(agent, now)
 
     # ------------------------------------------------------------------ send
 
-    async def send(self, request: SendRequest, *, token: str | None) -> SendResult:
-        """Store a message in each addressed live inbox; a preview (who would receive it) unless ``confirm``."""
+    async def send(self, request: SendRequest, *, token: str | None) -> SendPreview | SendResult:
+        """Store a message in each addressed live inbox; a preview (who would store it) unless ``confirm``."""
+        address = request.address()
+        if len(address) != 1:
+            raise InvalidAddress(sorted(address))
         size = len(request.body.encode())
         if size > self.limits.max_message_bytes:
             raise MessageTooLarge(size, self.limits.max_message_bytes)
@@ -312,7 +343,7 @@ class Mesh:
                 if attempt == 2:
                     raise
                 continue
-            if result.stored and not result.preview and not result.replayed:
+            if isinstance(result, SendResult) and result.stored and not result.replayed:
                 try:
                     await self.notifier.publish(result.recipients)
                 except Exception:
@@ -322,71 +353,83 @@ class Mesh:
             return result
         raise AssertionError("unreachable")
 
-    async def _send(self, request: SendRequest, token: str | None) -> SendResult:
+    async def _send(self, request: SendRequest, token: str | None) -> SendPreview | SendResult:
         now = self._now()
-        fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
+        hashed = self._hash(token)
         async with self.store.transaction() as tx:
-            # Not renewed yet: the sender's row is locked below together with the recipients', in one order.
-            sender = await self._authenticate(tx, token, now, renew=False)
+            # Read without a lock: the sender's row is renewed below, in agent_id order with the recipients'.
+            sender = self._usable(await tx.find_by_token(hashed), now)
             scope = f"agent:{sender.agent_id}"
+            fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
             if request.confirm:
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
                 if replayed is not None:
                     return replayed
-            to = request.to
-            if to.agent is not None:
-                target = await tx.get_agent(to.agent)
-                if target is None:
-                    raise RecipientNotFound(to.agent)
-                if not target.live_at(now):
-                    raise RecipientExpired(target.agent_id, target.expires_at)
-                candidates = [to.agent]
+            expires_at = now + timedelta(seconds=sender.ttl_seconds)
+            if request.to is not None:
+                if not request.confirm:
+                    await self._direct_target(tx, request.to, now)
+                    return SendPreview(recipients=[request.to])
+                seqs: dict[str, int] = {}
+                for agent_id in sorted({sender.agent_id, request.to}):
+                    if agent_id == sender.agent_id and not await tx.touch(agent_id, hashed, now, expires_at):
+                        raise InvalidToken("the token's session ended meanwhile; check in again")
+                    if agent_id == request.to:
+                        seqs = await tx.bump([agent_id], now)
+                if not seqs:
+                    await self._direct_target(tx, request.to, now)
+                    raise AssertionError("unreachable: the target is live but was not bumped")
             else:
                 # Fan-out goes to the live agents matching at send time, never back to the sender.
-                live = await tx.list_agents(live_at=now)
-                candidates = [a.agent_id for a in live if _matches(a, to) and a.agent_id != sender.agent_id]
-            if not request.confirm:
-                return SendResult(preview=True, message_id=None, recipients=candidates, stored=0)
-            # Every row this transaction writes is locked here, in agent_id order: two agents messaging each other
-            # at once cannot deadlock. Leases are re-checked under the locks.
-            locked = {a.agent_id: a for a in await tx.lock_agents([*candidates, sender.agent_id])}
-            if sender.agent_id not in locked or locked[sender.agent_id].token_hash != sender.token_hash:
-                raise InvalidToken("the token is not the current session of any agent; check in again")
-            await tx.touch_agent(sender.agent_id, now, now + timedelta(seconds=sender.ttl_seconds))
-            recipients = [i for i in candidates if i in locked and locked[i].live_at(now)]
-            if to.agent is not None and not recipients:
-                gone = locked.get(to.agent)
-                if gone is None:
-                    raise RecipientNotFound(to.agent)
-                raise RecipientExpired(gone.agent_id, gone.expires_at)
-            message = MessageRecord(
-                message_id=uuid.uuid4().hex,
-                sender=sender.agent_id,
-                address=to.as_dict(),
-                subject=request.subject,
-                body=request.body,
-                sent_at=now,
+                where = AgentFilter(live_at=now, role=request.role, repo=request.repo, cap=request.cap)
+                matches = await tx.list_agents(where, after=None, limit=self.limits.max_fanout)
+                candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
+                if not request.confirm:
+                    return SendPreview(recipients=candidates)
+                # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
+                # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
+                await tx.lock_agents([*candidates, sender.agent_id])
+                if not await tx.touch(sender.agent_id, hashed, now, expires_at):
+                    raise InvalidToken("the token's session ended meanwhile; check in again")
+                seqs = await tx.bump(candidates, now) if candidates else {}
+            message_id = uuid.uuid4().hex if seqs else None
+            if message_id is not None:
+                message = MessageRecord(
+                    message_id=message_id,
+                    sender=sender.agent_id,
+                    body=request.body,
+                    thread_id=request.thread_id,
+                    sent_at=now,
+                )
+                await tx.add_message(message, seqs)
+            result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
+            await self._remember(
+                tx, scope, request.idempotency_key, "send", fingerprint, result.model_dump(mode="json"), now
             )
-            seqs = await tx.add_message(message, recipients)
-            result = SendResult(preview=False, message_id=message.message_id, recipients=recipients, stored=len(seqs))
-            await self._remember(tx, scope, request.idempotency_key, "send", fingerprint, result, now)
             return result
+
+    @staticmethod
+    async def _direct_target(tx: MeshTx, agent_id: str, now: datetime) -> None:
+        target = await tx.get_agent(agent_id)
+        if target is None:
+            raise RecipientNotFound(agent_id)
+        if not target.live_at(now):
+            raise RecipientExpired(target.agent_id, target.expires_at)
 
     # ------------------------------------------------------------------ inbox
 
-    async def inbox(
+    async def read_inbox(
         self, *, token: str | None, after: int | None = None, limit: int | None = None, wait_seconds: float = 0
     ) -> InboxPage:
         """Messages after ``after`` (default: the acknowledged cursor). With ``wait_seconds``, a long-poll: answers as
-        soon as a message arrives, or empty at the deadline. Reading never moves the stored cursor."""
+        soon as a message is stored, or empty at the deadline. Reading never moves the stored cursor."""
         limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
         wait_seconds = min(max(wait_seconds, 0.0), self.limits.max_wait_seconds)
-        if wait_seconds == 0:
-            return (await self._read(token, after, limit))[1]
-        async with self.store.transaction() as tx:
-            agent = await self._authenticate(tx, token, self._now(), renew=True)
         deadline = anyio.current_time() + wait_seconds
-        # Subscribed before the first read, so a message committed after that read still wakes us.
+        agent, page = await self._read(token, after, limit)
+        if page.messages or wait_seconds == 0:
+            return page
+        # Subscribed before the next read, so a message committed after that read still wakes us.
         async with self.notifier.subscribe(agent.agent_id) as subscription:
             while True:
                 _, page = await self._read(token, after, limit)
@@ -399,7 +442,7 @@ class Mesh:
     async def _read(self, token: str | None, after: int | None, limit: int) -> tuple[AgentRecord, InboxPage]:
         now = self._now()
         async with self.store.transaction() as tx:
-            agent = await self._authenticate(tx, token, now, renew=True)
+            agent = await self._caller(tx, token, now, renew=True)
             start = agent.read_cursor if after is None else max(after, agent.floor_seq)
             entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit + 1)
         shown = entries[:limit]
@@ -407,69 +450,105 @@ class Mesh:
             messages=[_message(e) for e in shown],
             next_cursor=shown[-1].seq if shown else start,
             has_more=len(entries) > limit,
-            cursor=agent.read_cursor,
-            unread=agent.last_seq - agent.read_cursor,
         )
 
-    async def ack(self, request: AckRequest, *, token: str | None) -> AckResult:
+    async def unread(self, *, token: str | None) -> int:
+        """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call."""
+        async with self.store.transaction() as tx:
+            agent = await self._caller(tx, token, self._now(), renew=True)
+        return agent.last_seq - agent.read_cursor
+
+    async def ack(
+        self, request: AckRequest, *, token: str | None, idempotency_key: str | None = None
+    ) -> AckPreview | AckResult:
         """Move the stored cursor forward to ``cursor`` (never back); a preview unless ``confirm``."""
         for attempt in (1, 2):
             try:
-                return await self._ack(request, token)
+                return await self._ack(request, token, idempotency_key)
             except _Replay:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    async def _ack(self, request: AckRequest, token: str | None) -> AckResult:
+    async def _ack(self, request: AckRequest, token: str | None, key: str | None) -> AckPreview | AckResult:
         now = self._now()
         fingerprint = _fingerprint("ack", {"cursor": request.cursor})
         async with self.store.transaction() as tx:
-            agent = await self._authenticate(tx, token, now, renew=request.confirm)
+            # A confirmed ack renews, which also locks the row: last_seq and read_cursor cannot move under us.
+            agent = await self._caller(tx, token, now, renew=request.confirm)
             scope = f"agent:{agent.agent_id}"
             if request.confirm:
-                replayed = await self._replayed(tx, scope, request.idempotency_key, "ack", fingerprint, AckResult)
+                replayed = await self._replayed(tx, scope, key, "ack", fingerprint, AckResult)
                 if replayed is not None:
                     return replayed
-            agent = await tx.get_agent(agent.agent_id, for_update=True) or agent
             if request.cursor > agent.last_seq:
                 raise InvalidCursor(request.cursor, agent.last_seq)
             cursor = max(agent.read_cursor, request.cursor)
-            result = AckResult(
-                preview=not request.confirm,
-                cursor=cursor,
-                previous=agent.read_cursor,
-                unread=agent.last_seq - cursor,
-            )
             if not request.confirm:
-                return result
+                return AckPreview(cursor=cursor)
             if cursor != agent.read_cursor:
                 await tx.set_cursor(agent.agent_id, cursor)
-            await self._remember(tx, scope, request.idempotency_key, "ack", fingerprint, result, now)
+            result = AckResult(cursor=cursor, unread=agent.last_seq - cursor)
+            await self._remember(tx, scope, key, "ack", fingerprint, result.model_dump(mode="json"), now)
+            return result
+
+    # ------------------------------------------------------------------ check-out
+
+    async def checkout(
+        self, request: CheckoutRequest, *, token: str | None, idempotency_key: str | None = None
+    ) -> CheckoutPreview | CheckoutResult:
+        """Leave the roster: the lease ends now, the token stops working and the agent_id is free to be claimed."""
+        for attempt in (1, 2):
+            try:
+                return await self._checkout(request, token, idempotency_key)
+            except _Replay:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _checkout(
+        self, request: CheckoutRequest, token: str | None, key: str | None
+    ) -> CheckoutPreview | CheckoutResult:
+        now = self._now()
+        hashed = self._hash(token)
+        fingerprint = _fingerprint("checkout", {})
+        async with self.store.transaction() as tx:
+            if request.confirm and key is not None:
+                # Checked before the lease: a retry after a successful check-out must replay, not fail.
+                found = await tx.find_by_token(hashed)
+                if found is not None:
+                    replayed = await self._replayed(
+                        tx, f"agent:{found.agent_id}", key, "checkout", fingerprint, CheckoutResult
+                    )
+                    if replayed is not None:
+                        return replayed
+            agent = self._usable(await tx.find_by_token(hashed), now)
+            if not request.confirm:
+                return CheckoutPreview(agent=view(agent, now))
+            await tx.get_agent(agent.agent_id, for_update=True)
+            await tx.end_lease(agent.agent_id, now)
+            result = CheckoutResult(agent=view(replace(agent, last_seen_at=now, expires_at=now), now))
+            await self._remember(
+                tx, f"agent:{agent.agent_id}", key, "checkout", fingerprint, result.model_dump(mode="json"), now
+            )
             return result
 
     # ------------------------------------------------------------------ hygiene
 
     async def sweep(self) -> SweepReport:
-        """Delete expired idempotency keys, read messages past retention and agents long expired."""
+        """Delete expired idempotency keys, read messages past retention and agents long expired, in batches (one
+        transaction each, so the sweeper never holds the database for long)."""
         now = self._now()
         policy = SweepPolicy(
             now=now,
             read_before=now - self.limits.read_retention,
             agents_expired_before=now - self.limits.expired_agent_retention,
+            batch=self.limits.sweep_batch,
         )
-        async with self.store.transaction() as tx:
-            return await tx.sweep(policy)
-
-
-def _message(entry: InboxEntry) -> InboxMessage:
-    m = entry.message
-    return InboxMessage(
-        seq=entry.seq,
-        message_id=m.message_id,
-        sender=m.sender,
-        to=dict(m.address),
-        subject=m.subject,
-        body=m.body,
-        sent_at=m.sent_at,
-    )
+        total = SweepReport()
+        while True:
+            async with self.store.transaction() as tx:
+                report = await tx.sweep(policy)
+            total.add(report)
+            if max(report.agents, report.inbox_entries, report.messages, report.idempotency_keys) < policy.batch:
+                return total

@@ -1,13 +1,20 @@
-"""The mesh's own request and answer models (strict: unknown fields are refused, by name)."""
+"""The mesh's own request and answer models (strict: unknown fields are refused, by name).
+
+The wire shapes are the contract of issue 3: check-in answers a preview ``{preview, action, agent}`` or the agent's
+record (with ``token`` once, on the check-in that starts a session); a send answers ``{message_id, recipients,
+stored}``; an inbox read ``{messages, next_cursor, has_more}``. ``replayed`` (an idempotent retry answered from the
+first result) is never serialised: the service reports it in a header.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Self
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 MAX_STATUS_CHARS = 280
+MAX_CAPS = 32
 
 AgentId = Annotated[
     str,
@@ -17,8 +24,10 @@ AgentId = Annotated[
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}$")]
 Repo = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=r"^[^\r\n]*$")]
 
-Action = Literal["create", "renew", "replace"]
+Action = Literal["create", "renew"]
 
 
 class Strict(BaseModel):
@@ -29,10 +38,10 @@ class CheckinRequest(Strict):
     agent_id: AgentId
     role: Label | None = Field(default=None, description="What it is doing: builder, reviewer, ping, verification…")
     repo: Repo | None = None
-    caps: list[Label] | None = Field(default=None, max_length=32, description="What it can do, e.g. merge, deploy.")
-    status: Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=r"^[^\r\n]*$")] | None = Field(
-        default=None, description="One line: what it is doing right now."
+    caps: list[Label] | None = Field(
+        default=None, max_length=MAX_CAPS, description="What it can do, e.g. merge, deploy."
     )
+    status: Status | None = Field(default=None, description="One line: what it is doing right now.")
     ttl_seconds: int | None = Field(
         default=None,
         ge=60,
@@ -40,7 +49,6 @@ class CheckinRequest(Strict):
         description="Lease length: the silence the agent can afford. Omitted: 900 for ping/verification, else 3600.",
     )
     confirm: bool = Field(default=False, description="Must be true to act; otherwise the answer is a preview.")
-    idempotency_key: IdempotencyKey | None = None
 
 
 class AgentView(Strict):
@@ -49,77 +57,69 @@ class AgentView(Strict):
     repo: str | None
     caps: list[str]
     status: str
-    ttl_seconds: int
-    checked_in_at: datetime
-    last_seen_at: datetime
-    status_changed_at: datetime
-    expires_at: datetime
-    alive: bool
-    heartbeat_age_seconds: float = Field(description="Since the agent's last mesh call.")
+    status_since: datetime = Field(description="When the status text last changed.")
     status_age_seconds: float = Field(description="Since the status text last changed.")
-    expires_in_seconds: float = Field(description="Until the lease runs out (negative: expired).")
-
-
-class CheckinResult(Strict):
-    preview: bool
-    action: Action
+    last_seen_at: datetime = Field(description="The agent's last mesh call.")
+    heartbeat_age_seconds: float = Field(description="Since the agent's last mesh call.")
+    expires_at: datetime
     ttl_seconds: int
-    agent: AgentView
+    alive: bool
+
+
+class CheckinPreview(Strict):
+    preview: Literal[True] = True
+    action: Action
+    agent: AgentView = Field(description="What would be recorded, with the effective TTL and expiry.")
+
+
+class CheckinRecord(AgentView):
     token: str | None = Field(
         default=None, description="The session token: given once, on the confirmed check-in that starts a session."
     )
-    replayed: bool = False
+    action: Action = Field(default="renew", exclude=True)
+    replayed: bool = Field(default=False, exclude=True)
 
 
 class AgentList(Strict):
-    now: datetime
     agents: list[AgentView]
-
-
-class Address(Strict):
-    """One agent, or every live agent matching all the given role/repo/cap (fan-out at send time)."""
-
-    agent: AgentId | None = None
-    role: Label | None = None
-    repo: Repo | None = None
-    cap: Label | None = None
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> Self:
-        group = [v for v in (self.role, self.repo, self.cap) if v is not None]
-        if self.agent is not None and group:
-            raise ValueError("address either one agent, or role/repo/cap, not both")
-        if self.agent is None and not group:
-            raise ValueError("address needs agent, or at least one of role, repo, cap")
-        return self
-
-    def as_dict(self) -> dict[str, str]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 class SendRequest(Strict):
-    to: Address
-    subject: str | None = Field(default=None, max_length=200)
-    body: str = Field(min_length=1, description="The message; its UTF-8 size is bounded by the mesh.")
-    confirm: bool = False
+    to: AgentId | None = Field(default=None, description="One agent.")
+    role: Label | None = Field(default=None, description="Every live agent with this role (fan-out at send time).")
+    repo: Repo | None = Field(default=None, description="Every live agent on this repo.")
+    cap: Label | None = Field(default=None, description="Every live agent with this capability.")
+    body: str = Field(min_length=1, description="The message; its UTF-8 size is bounded by the mesh (64 KiB).")
+    thread_id: ThreadId | None = None
     idempotency_key: IdempotencyKey | None = None
+    confirm: bool = False
+
+    def address(self) -> dict[str, str]:
+        return {k: v for k in ("to", "role", "repo", "cap") if (v := getattr(self, k)) is not None}
+
+
+class SendPreview(Strict):
+    preview: Literal[True] = True
+    action: Literal["send"] = "send"
+    recipients: list[str] = Field(description="The inboxes that would store the message now.")
 
 
 class SendResult(Strict):
-    preview: bool
-    message_id: str | None = Field(description="None in a preview: nothing was stored.")
+    message_id: str | None = Field(description="None when no live agent matched: nothing was stored.")
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
-    replayed: bool = False
+    replayed: bool = Field(default=False, exclude=True)
 
 
 class InboxMessage(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
     seq: int
     message_id: str
-    sender: str
-    to: dict[str, str]
-    subject: str | None
+    sender: str = Field(alias="from", description="The sender's agent_id (from its token, never from the request).")
     body: str
+    thread_id: str | None
     sent_at: datetime
 
 
@@ -127,19 +127,35 @@ class InboxPage(Strict):
     messages: list[InboxMessage]
     next_cursor: int = Field(description="Pass as `after` to read on; `ack` it once the messages are handled.")
     has_more: bool
-    cursor: int = Field(description="The acknowledged cursor stored for this inbox.")
-    unread: int = Field(description="Messages after the acknowledged cursor.")
 
 
 class AckRequest(Strict):
     cursor: int = Field(ge=0)
     confirm: bool = False
-    idempotency_key: IdempotencyKey | None = None
+
+
+class AckPreview(Strict):
+    preview: Literal[True] = True
+    action: Literal["ack"] = "ack"
+    cursor: int = Field(description="The stored cursor it would leave (never moves back).")
 
 
 class AckResult(Strict):
-    preview: bool
     cursor: int
-    previous: int
     unread: int
-    replayed: bool = False
+    replayed: bool = Field(default=False, exclude=True)
+
+
+class CheckoutRequest(Strict):
+    confirm: bool = False
+
+
+class CheckoutPreview(Strict):
+    preview: Literal[True] = True
+    action: Literal["checkout"] = "checkout"
+    agent: AgentView
+
+
+class CheckoutResult(Strict):
+    agent: AgentView
+    replayed: bool = Field(default=False, exclude=True)

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AgentRecord:
     """One agent_id and its current session.
 
@@ -16,16 +16,14 @@ class AgentRecord:
     """
 
     agent_id: str
-    session_id: str
     token_hash: str
     role: str | None
     repo: str | None
     caps: tuple[str, ...]
     status: str
     ttl_seconds: int
-    checked_in_at: datetime
     last_seen_at: datetime
-    status_changed_at: datetime
+    status_since: datetime
     expires_at: datetime
     last_seq: int = 0
     read_cursor: int = 0
@@ -35,23 +33,40 @@ class AgentRecord:
         return self.expires_at > now
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MessageRecord:
     message_id: str
     sender: str
-    address: dict[str, str]
-    subject: str | None
     body: str
+    thread_id: str | None
     sent_at: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class InboxEntry:
     seq: int
     message: MessageRecord
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class AgentFilter:
+    """Which agents a listing or a fan-out covers: all given fields must match; ``live_at`` None includes expired."""
+
+    live_at: datetime | None
+    role: str | None = None
+    repo: str | None = None
+    cap: str | None = None
+
+    def matches(self, agent: AgentRecord) -> bool:
+        return (
+            (self.live_at is None or agent.live_at(self.live_at))
+            and (self.role is None or agent.role == self.role)
+            and (self.repo is None or agent.repo == self.repo)
+            and (self.cap is None or self.cap in agent.caps)
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class IdempotencyRecord:
     scope: str
     key: str
@@ -62,18 +77,28 @@ class IdempotencyRecord:
     expires_at: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SweepPolicy:
-    """What the sweeper may delete at ``now``: see ``MeshTx.sweep``."""
+    """What the sweeper may delete at ``now``: see ``MeshTx.sweep``. ``batch`` bounds each kind of row per call."""
 
     now: datetime
     read_before: datetime
     agents_expired_before: datetime
+    batch: int = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class SweepReport:
     agents: int = 0
     inbox_entries: int = 0
     messages: int = 0
     idempotency_keys: int = 0
+
+    def total(self) -> int:
+        return self.agents + self.inbox_entries + self.messages + self.idempotency_keys
+
+    def add(self, other: SweepReport) -> None:
+        self.agents += other.agents
+        self.inbox_entries += other.inbox_entries
+        self.messages += other.messages
+        self.idempotency_keys += other.idempotency_keys

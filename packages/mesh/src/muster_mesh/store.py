@@ -1,18 +1,20 @@
 """The storage contract of the mesh. The rules live in ``Mesh``; a store only keeps rows, atomically.
 
 A store hands out transactions. Everything done through one ``MeshTx`` commits together or not at all, and rows
-read with ``for_update``/``lock_agents`` stay locked against other transactions until it ends (a store that
-serialises whole transactions, like SQLite or the in-memory one, satisfies that trivially).
+written or read with ``for_update``/``lock_agents`` stay locked against other transactions until it ends (a store
+that serialises whole transactions, like SQLite or the in-memory one, satisfies that trivially). Each method is meant
+to be one statement (one round trip) on a SQL database: the hot paths of ``Mesh`` count them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
 
 from muster_mesh.records import (
+    AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
@@ -27,7 +29,15 @@ class MeshTx(Protocol):
         """The agent row, locked until the end of the transaction when ``for_update``."""
 
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
-        """The agent whose current session has this token hash."""
+        """The agent whose current session has this token hash (no lock)."""
+
+    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+        """The agent whose session has this token hash. When its lease runs past ``now`` it is renewed first
+        (``last_seen_at = now``, ``expires_at = now + ttl_seconds``, row locked); an expired one comes back
+        unchanged. None when no agent has this token."""
+
+    async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
+        """Renew this agent's lease if its session still has this token and is live at ``now`` (locks the row)."""
 
     async def create_agent(self, record: AgentRecord) -> bool:
         """Insert a new agent row; False (and no change) when the agent_id exists already."""
@@ -35,23 +45,24 @@ class MeshTx(Protocol):
     async def replace_agent(self, record: AgentRecord) -> None:
         """Overwrite an existing agent row (the caller holds its lock)."""
 
-    async def touch_agent(self, agent_id: str, last_seen_at: datetime, expires_at: datetime) -> None:
-        """Renew a lease without touching anything else of the row."""
-
     async def set_cursor(self, agent_id: str, read_cursor: int) -> None:
         """Store the acknowledged cursor of an inbox."""
 
-    async def list_agents(self, *, live_at: datetime | None) -> list[AgentRecord]:
-        """Agents ordered by agent_id; only those whose lease runs past ``live_at`` unless it is None."""
+    async def end_lease(self, agent_id: str, now: datetime) -> None:
+        """Check out: the lease ends at ``now`` (``last_seen_at`` and ``expires_at`` set to it)."""
+
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        """Up to ``limit`` matching agents with agent_id > ``after``, in agent_id order."""
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         """Lock these agent rows (always in agent_id order, so concurrent fan-outs cannot deadlock)."""
 
-    async def add_message(self, message: MessageRecord, recipients: Sequence[str]) -> dict[str, int]:
-        """Store a message and append it to each recipient's inbox with that inbox's next sequence.
+    async def bump(self, agent_ids: Sequence[str], live_at: datetime) -> dict[str, int]:
+        """Give each of these agents that is live at ``live_at`` its inbox's next sequence (``last_seq + 1``, stored,
+        row locked). Returns agent_id → sequence for those bumped."""
 
-        The recipients' rows must be locked by this transaction. Returns recipient → sequence.
-        """
+    async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
+        """Store a message and an inbox entry per recipient at the sequence ``bump`` gave it."""
 
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         """Up to ``limit`` entries with sequence > ``after``, in sequence order."""
@@ -62,11 +73,11 @@ class MeshTx(Protocol):
         """Insert; False (and no change) when (scope, key) exists already."""
 
     async def sweep(self, policy: SweepPolicy) -> SweepReport:
-        """Delete what has outlived its use.
+        """Delete, at most ``policy.batch`` rows of each kind, what has outlived its use:
 
         - idempotency records whose ``expires_at`` <= ``policy.now``;
+        - agents (with their inbox entries) whose lease ended before ``agents_expired_before``;
         - inbox entries at or below their inbox's ``read_cursor`` whose message was sent before ``read_before``;
-        - agents (with their inbox entries) whose lease expired before ``agents_expired_before``;
         - messages sent before ``read_before`` that no inbox entry refers to any more.
         """
 

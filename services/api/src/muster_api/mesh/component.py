@@ -28,7 +28,7 @@ class MeshSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MUSTER_MESH_", extra="ignore", frozen=True)
 
     max_message_bytes: int = Field(default=64 * 1024, ge=1, le=512 * 1024)
-    max_wait_seconds: float = Field(default=60.0, gt=0, le=300)
+    max_wait_seconds: float = Field(default=60.0, gt=0, le=60)
     read_retention_hours: float = Field(default=7 * 24, gt=0)
     expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
     sweep_seconds: float = Field(default=300.0, gt=0)
@@ -65,13 +65,16 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
     settings = MeshSettings()
     async with anyio.create_task_group() as tg:
         notifier: Notifier
+        store = SqlMeshStore(runtime.engine)
         if runtime.dialect == "postgresql":
             pg = PgNotifier(runtime.engine)
             await tg.start(pg.run)
+            store.notify_in_transaction = pg.notify_in_transaction
             notifier = pg
         else:
             notifier = LocalNotifier()
-        mesh = Mesh(SqlMeshStore(runtime.engine), notifier, clock=runtime.now, limits=settings.limits())
+        # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
+        mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
         app.state.mesh = mesh
         tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
         try:

@@ -1,14 +1,17 @@
 """Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel.
 
-Every instance keeps one dedicated asyncpg connection listening; ``publish`` NOTIFYs the recipients' agent ids after
-the message committed, and each instance (the sender's too) wakes its own local waiters. A lost listener connection
-is re-opened and then every local waiter is woken once, since wake-ups may have been missed meanwhile: waiters
-re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
+The sending transaction itself NOTIFYs the recipients' agent ids (``notify_in_transaction``, run by the SQL store),
+so the notification leaves exactly when the message commits and costs no transaction of its own. Each notification
+carries the sending instance's id: that instance has already woken its own waiters through ``publish`` (in-process,
+no round trip) and skips its own echo. Every instance keeps one dedicated asyncpg connection listening. A lost
+listener connection is re-opened and then every local waiter is woken once, since wake-ups may have been missed
+meanwhile: waiters re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,8 +19,9 @@ from typing import Any
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 from anyio.abc import TaskStatus
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import bindparam, select
+from sqlalchemy import func as sqlfunc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_mesh import LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -28,6 +32,8 @@ CHANNEL = "muster_mesh"
 # NOTIFY payloads must stay under 8000 bytes; agent ids are at most 64 characters.
 MAX_PAYLOAD = 7000
 RECONNECT_SECONDS = 1.0
+
+_NOTIFY = select(sqlfunc.pg_notify(CHANNEL, bindparam("p_payload")))
 
 
 def _chunks(agent_ids: Sequence[str]) -> list[str]:
@@ -53,6 +59,7 @@ class PgNotifier:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self.instance = uuid.uuid4().hex[:12]
         self.local = LocalNotifier()
         self.listener_pid: int | None = None
         self.reconnects = 0
@@ -66,18 +73,19 @@ class PgNotifier:
     def waiting(self) -> int:
         return self.local.waiting
 
+    async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
+        """NOTIFY the other instances from inside the sending transaction (delivered at its commit)."""
+        for chunk in _chunks(agent_ids):
+            await conn.execute(_NOTIFY, {"p_payload": f"{self.instance}|{chunk}"})
+
     async def publish(self, agent_ids: Sequence[str]) -> None:
-        chunks = _chunks(agent_ids)
-        if not chunks:
-            return
-        async with self._engine.begin() as conn:
-            for payload in chunks:
-                await conn.execute(
-                    text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
-                )
+        # Called after the commit: this instance's own waiters, without a round trip.
+        self.local.fire(agent_ids)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        self.local.fire(payload.split(","))
+        instance, _, ids = payload.partition("|")
+        if instance != self.instance:
+            self.local.fire(ids.split(","))
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled. The first connection must succeed (start-up fails loudly otherwise); later losses

@@ -1,39 +1,57 @@
-"""REST routes of the mesh capability: the four agent tools (check-in, list, send, inbox) plus ack and an SSE stream.
+"""REST routes of the mesh capability: check-in, the directory, send, the inbox (read, long-poll, ack, SSE) and
+check-out.
 
 Authentication: the session token from the first confirmed check-in, as ``Authorization: Bearer <token>``; every
-authenticated call renews the caller's lease. Idempotency: ``idempotency_key`` in the body or the
-``Idempotency-Key`` header on every mutating call.
+authenticated call renews the caller's lease. 401: no usable credentials; 403: someone else's. Idempotency:
+``idempotency_key`` in a send's body, or the ``Idempotency-Key`` header on any mutating call; a replayed answer
+carries ``Idempotent-Replayed: true``. Unknown body fields and unknown query parameters are refused (422, by name).
+
+Answers are serialised straight from the mesh's models (``model_dump_json``): FastAPI's response-model round trip
+would validate and encode each answer a second time.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from pydantic import BaseModel
 
 from muster_mesh import (
+    AckPreview,
     AckRequest,
     AckResult,
     AgentList,
+    AgentView,
+    CheckinPreview,
+    CheckinRecord,
     CheckinRequest,
-    CheckinResult,
+    CheckoutPreview,
+    CheckoutRequest,
+    CheckoutResult,
     InboxPage,
     InvalidRequest,
+    InvalidToken,
     MeshError,
+    SendPreview,
     SendRequest,
     SendResult,
 )
 from muster_mesh.mesh import Mesh
+from muster_mesh.models import AgentId, IdempotencyKey, Label, Repo
 
 router = APIRouter(prefix="/mesh", tags=["mesh"])
 
 PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "token missing, unknown or its lease expired (`code` says which)", **PROBLEM},
-    409: {"description": "conflict: agent_id in use, recipient expired, idempotency key reused", **PROBLEM},
+AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "no token, an unknown one, or its lease ended (`code` says which)", **PROBLEM},
+    403: {"description": "the token is someone else's", **PROBLEM},
+    422: {"description": "invalid input: `errors` names each field and rule", **PROBLEM},
 }
+MAX_PAGE = 500
 
 
 def get_mesh(request: Request) -> Mesh:
@@ -47,12 +65,29 @@ def bearer_token(authorization: Annotated[str | None, Header()] = None) -> str |
         return None
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
-        raise InvalidRequest("Authorization must be 'Bearer <session token>'")
+        raise InvalidToken("Authorization must be 'Bearer <session token>'")
     return value.strip()
 
 
-def idempotency_header(idempotency_key: Annotated[str | None, Header(max_length=128)] = None) -> str | None:
+def idempotency_header(idempotency_key: Annotated[IdempotencyKey | None, Header()] = None) -> str | None:
     return idempotency_key
+
+
+def only_query(*allowed: str) -> Callable[[Request], None]:
+    """Refuse query parameters the route does not take (a typo such as ``wait=`` must not be silently ignored)."""
+    known = frozenset(allowed)
+
+    def check(request: Request) -> None:
+        unknown = sorted(set(request.query_params) - known)
+        if unknown:
+            raise InvalidRequest(
+                f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {', '.join(sorted(known))}",
+                errors=[
+                    {"field": name, "rule": "extra_forbidden", "message": "unknown query parameter"} for name in unknown
+                ],
+            )
+
+    return check
 
 
 MeshDep = Annotated[Mesh, Depends(get_mesh)]
@@ -60,79 +95,141 @@ TokenDep = Annotated[str | None, Depends(bearer_token)]
 KeyDep = Annotated[str | None, Depends(idempotency_header)]
 
 
-M = TypeVar("M", CheckinRequest, SendRequest, AckRequest)
+def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
+    headers = {"Idempotent-Replayed": "true"} if getattr(model, "replayed", False) else None
+    return Response(model.model_dump_json(exclude=exclude), media_type="application/json", headers=headers)
 
 
-def _with_key(body: M, header: str | None) -> M:
-    if header is None:
-        return body
-    if body.idempotency_key is not None and body.idempotency_key != header:
-        raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")
-    return body.model_copy(update={"idempotency_key": header})
+@router.post(
+    "/checkin",
+    summary="agent_checkin: create or renew a presence lease",
+    response_model=CheckinPreview | CheckinRecord,
+    responses=AUTH_ERRORS,
+)
+async def checkin(body: CheckinRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
+    """Without `confirm: true` the answer is a preview (`{preview, action, agent}`) and nothing changes. Confirmed,
+    the answer is the agent's record; the check-in that starts a session adds its `token` (once). A live agent_id is
+    renewed only with its own token (401 without one, 403 with another's); an expired one is claimed anew."""
+    result = await mesh.checkin(body, token=token, idempotency_key=key)
+    if isinstance(result, CheckinRecord) and result.token is None:
+        return answer(result, exclude={"token"})
+    return answer(result)
 
 
-@router.post("/checkin", summary="agent_checkin: create or renew a presence lease", responses=ERRORS)
-async def checkin(body: CheckinRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> CheckinResult:
-    """Without `confirm: true` the answer is a preview and nothing changes. The first confirmed check-in of a session
-    returns its token (once); later calls present it. A live agent_id is never taken over without its token."""
-    return await mesh.checkin(_with_key(body, key), token=token)
-
-
-@router.get("/agents", summary="agents_list: the live directory with heartbeat and status ages", responses=ERRORS)
+@router.get(
+    "/agents",
+    summary="agents_list: the live directory with heartbeat and status ages",
+    response_model=AgentList,
+    responses=AUTH_ERRORS,
+    dependencies=[Depends(only_query("repo", "role", "cap", "include_expired", "limit", "cursor"))],
+)
 async def list_agents(
     mesh: MeshDep,
     token: TokenDep,
+    repo: Annotated[Repo | None, Query()] = None,
+    role: Annotated[Label | None, Query()] = None,
+    cap: Annotated[Label | None, Query()] = None,
     include_expired: bool = False,
-    role: Annotated[str | None, Query(max_length=64)] = None,
-    repo: Annotated[str | None, Query(max_length=200)] = None,
-    cap: Annotated[str | None, Query(max_length=64)] = None,
-) -> AgentList:
-    return await mesh.list_agents(token=token, include_expired=include_expired, role=role, repo=repo, cap=cap)
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    cursor: Annotated[AgentId | None, Query(description="`next_cursor` of the previous page.")] = None,
+) -> Response:
+    page = await mesh.list_agents(
+        token=token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
+    )
+    return answer(page)
+
+
+@router.get(
+    "/agents/{agent_id}",
+    summary="One agent of the directory (live or expired, until swept)",
+    response_model=AgentView,
+    responses={**AUTH_ERRORS, 404: {"description": "no such agent", **PROBLEM}},
+    dependencies=[Depends(only_query())],
+)
+async def get_agent(agent_id: Annotated[AgentId, Path()], mesh: MeshDep, token: TokenDep) -> Response:
+    return answer(await mesh.get_agent(agent_id, token=token))
 
 
 @router.post(
     "/messages",
     summary="agent_send: store a message in one agent's inbox, or fan out to live agents of a role/repo/cap",
+    response_model=SendPreview | SendResult,
     responses={
-        **ERRORS,
-        404: {"description": "no such agent", **PROBLEM},
-        413: {"description": "too large", **PROBLEM},
+        **AUTH_ERRORS,
+        404: {"description": "`to` names an agent that never checked in; nothing stored", **PROBLEM},
+        409: {"description": "`to` names an expired agent (nothing stored), or an idempotency conflict", **PROBLEM},
+        413: {"description": "body over 64 KiB", **PROBLEM},
     },
 )
-async def send(body: SendRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> SendResult:
-    """`stored` counts the inboxes that hold the message once this answers (stored, not delivered)."""
-    return await mesh.send(_with_key(body, key), token=token)
+async def send(body: SendRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
+    """Exactly one of `to`, `role`, `repo`, `cap`. `stored` counts the inboxes that hold the message once this
+    answers (stored, not delivered)."""
+    if key is not None:
+        if body.idempotency_key is not None and body.idempotency_key != key:
+            raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")
+        body = body.model_copy(update={"idempotency_key": key})
+    return answer(await mesh.send(body, token=token))
 
 
-@router.get("/inbox", summary="agent_inbox: read (and long-poll) the caller's inbox", responses=ERRORS)
+@router.get(
+    "/inbox",
+    summary="agent_inbox: read (and long-poll) the caller's inbox",
+    response_model=InboxPage,
+    responses=AUTH_ERRORS,
+    dependencies=[Depends(only_query("after", "limit", "wait_seconds"))],
+)
 async def read_inbox(
     mesh: MeshDep,
     token: TokenDep,
     after: Annotated[int | None, Query(ge=0, description="Cursor: messages after this sequence.")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    wait: Annotated[float, Query(ge=0, le=300, description="Long-poll seconds (capped by the server).")] = 0,
-) -> InboxPage:
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    wait_seconds: Annotated[
+        float, Query(ge=0, le=60, description="Long-poll: answer as soon as a message is stored.")
+    ] = 0,
+) -> Response:
     """Idempotent: the same `after` returns the same messages; reading never moves the stored cursor (ack does)."""
-    return await mesh.inbox(token=token, after=after, limit=limit, wait_seconds=wait)
+    return answer(await mesh.read_inbox(token=token, after=after, limit=limit, wait_seconds=wait_seconds))
 
 
-@router.post("/inbox/ack", summary="Move the caller's stored cursor forward", responses=ERRORS)
-async def ack(body: AckRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> AckResult:
-    return await mesh.ack(_with_key(body, key), token=token)
+@router.post(
+    "/inbox/ack",
+    summary="Move the caller's stored cursor forward",
+    response_model=AckPreview | AckResult,
+    responses=AUTH_ERRORS,
+)
+async def ack(body: AckRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
+    return answer(await mesh.ack(body, token=token, idempotency_key=key))
+
+
+@router.post(
+    "/checkout",
+    summary="Leave the roster: the lease ends now and the token stops working",
+    response_model=CheckoutPreview | CheckoutResult,
+    responses=AUTH_ERRORS,
+)
+async def checkout(
+    mesh: MeshDep, token: TokenDep, key: KeyDep, body: Annotated[CheckoutRequest | None, Body()] = None
+) -> Response:
+    return answer(await mesh.checkout(body or CheckoutRequest(), token=token, idempotency_key=key))
 
 
 async def _first_page(
-    mesh: MeshDep, token: TokenDep, after: Annotated[int | None, Query(ge=0)] = None
+    mesh: MeshDep,
+    token: TokenDep,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[int | None, Header(ge=0, description="Resume after this sequence.")] = None,
 ) -> tuple[Mesh, str | None, InboxPage]:
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.
-    return mesh, token, await mesh.inbox(token=token, after=after, limit=500)
+    start = last_event_id if last_event_id is not None else after
+    return mesh, token, await mesh.read_inbox(token=token, after=start, limit=MAX_PAGE)
 
 
 @router.get(
     "/inbox/stream",
     response_class=EventSourceResponse,
-    summary="The caller's inbox as Server-Sent Events (event `message`, id = sequence)",
-    responses=ERRORS,
+    summary="The caller's inbox as Server-Sent Events (event `message`, id = sequence; resumable with Last-Event-ID)",
+    responses=AUTH_ERRORS,
+    dependencies=[Depends(only_query("after"))],
 )
 async def stream_inbox(
     first: Annotated[tuple[Mesh, str | None, InboxPage], Depends(_first_page)],
@@ -140,10 +237,12 @@ async def stream_inbox(
     mesh, token, page = first
     while True:
         for message in page.messages:
-            yield ServerSentEvent(event="message", id=str(message.seq), data=message)
+            yield ServerSentEvent(
+                event="message", id=str(message.seq), data=message.model_dump(mode="json", by_alias=True)
+            )
         try:
-            page = await mesh.inbox(
-                token=token, after=page.next_cursor, limit=500, wait_seconds=mesh.limits.max_wait_seconds
+            page = await mesh.read_inbox(
+                token=token, after=page.next_cursor, limit=MAX_PAGE, wait_seconds=mesh.limits.max_wait_seconds
             )
         except MeshError as exc:
             yield ServerSentEvent(event="error", data={"code": exc.problem_extra["code"], "detail": str(exc)})

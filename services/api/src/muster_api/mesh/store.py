@@ -1,24 +1,31 @@
 """``SqlMeshStore``: the mesh's rows in the service's database (SQLite or PostgreSQL), one SQL transaction per
-``MeshTx``.
+``MeshTx``, one statement per store call.
 
-Locking: on PostgreSQL ``for_update``/``lock_agents`` take row locks (``SELECT … FOR UPDATE``); on SQLite every
-transaction already holds the database write lock from its start (``BEGIN IMMEDIATE`` in ``db.engine``).
+Locking: on PostgreSQL ``for_update``/``lock_agents`` take row locks (``SELECT … FOR UPDATE``) and every UPDATE locks
+what it writes; on SQLite every transaction holds the database write lock from its start (``BEGIN IMMEDIATE`` in
+``db.engine``).
+
+Hot statements are built once, at import, with bind parameters: building a statement costs more Python time than
+SQLite takes to run it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, and_, delete, exists, func, select, update
+from sqlalchemy import CursorResult, Select, bindparam, delete, exists, select, tuple_, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import insert_ignore
+from muster_api.mesh.sqlfn import json_array_contains
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
 from muster_mesh import (
+    AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
@@ -27,21 +34,74 @@ from muster_mesh import (
     SweepReport,
 )
 
+# How many token → ttl hints to keep (see SqlMeshStore); past it the map starts over.
+MAX_HINTS = 50_000
+
+_BY_ID = select(agents).where(agents.c.agent_id == bindparam("p_id"))
+_BY_ID_LOCKED = _BY_ID.with_for_update()
+_BY_TOKEN = select(agents).where(agents.c.token_hash == bindparam("p_hash"))
+_BY_TOKEN_LOCKED = _BY_TOKEN.with_for_update()
+# The lease arithmetic stays in Python (expires_at is computed, never derived in SQL): the caller passes the expiry
+# for the TTL it expects, and the row must still have that TTL.
+_RENEW_BY_TOKEN = (
+    update(agents)
+    .where(
+        agents.c.token_hash == bindparam("p_hash"),
+        agents.c.expires_at > bindparam("p_now"),
+        agents.c.ttl_seconds == bindparam("p_ttl"),
+    )
+    .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"))
+    .returning(*agents.c)
+)
+_TOUCH = (
+    update(agents)
+    .where(
+        agents.c.agent_id == bindparam("p_id"),
+        agents.c.token_hash == bindparam("p_hash"),
+        agents.c.expires_at > bindparam("p_now"),
+    )
+    .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"))
+)
+_BUMP_ONE = (
+    update(agents)
+    .where(agents.c.agent_id == bindparam("p_id"), agents.c.expires_at > bindparam("p_now"))
+    .values(last_seq=agents.c.last_seq + 1)
+    .returning(agents.c.agent_id, agents.c.last_seq)
+)
+_SET_CURSOR = update(agents).where(agents.c.agent_id == bindparam("p_id")).values(read_cursor=bindparam("p_cursor"))
+_END_LEASE = (
+    update(agents)
+    .where(agents.c.agent_id == bindparam("p_id"))
+    .values(last_seen_at=bindparam("p_now"), expires_at=bindparam("p_now"))
+)
+_INSERT_MESSAGE = messages.insert()
+_INSERT_INBOX = inbox.insert()
+_READ_INBOX = (
+    select(
+        inbox.c.seq, messages.c.message_id, messages.c.sender, messages.c.body, messages.c.thread_id, messages.c.sent_at
+    )
+    .join(messages, messages.c.message_id == inbox.c.message_id)
+    .where(inbox.c.recipient == bindparam("p_id"), inbox.c.seq > bindparam("p_after"))
+    .order_by(inbox.c.seq)
+    .limit(bindparam("p_limit"))
+)
+_GET_IDEMPOTENCY = select(idempotency).where(
+    idempotency.c.scope == bindparam("p_scope"), idempotency.c.idem_key == bindparam("p_key")
+)
+
 
 def _agent(row: Row[Any]) -> AgentRecord:
     m = row._mapping
     return AgentRecord(
         agent_id=m["agent_id"],
-        session_id=m["session_id"],
         token_hash=m["token_hash"],
         role=m["role"],
         repo=m["repo"],
         caps=tuple(m["caps"]),
         status=m["status"],
         ttl_seconds=m["ttl_seconds"],
-        checked_in_at=m["checked_in_at"],
         last_seen_at=m["last_seen_at"],
-        status_changed_at=m["status_changed_at"],
+        status_since=m["status_since"],
         expires_at=m["expires_at"],
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
@@ -52,16 +112,14 @@ def _agent(row: Row[Any]) -> AgentRecord:
 def _agent_values(record: AgentRecord) -> dict[str, Any]:
     return {
         "agent_id": record.agent_id,
-        "session_id": record.session_id,
         "token_hash": record.token_hash,
         "role": record.role,
         "repo": record.repo,
         "caps": list(record.caps),
         "status": record.status,
         "ttl_seconds": record.ttl_seconds,
-        "checked_in_at": record.checked_in_at,
         "last_seen_at": record.last_seen_at,
-        "status_changed_at": record.status_changed_at,
+        "status_since": record.status_since,
         "expires_at": record.expires_at,
         "last_seq": record.last_seq,
         "read_cursor": record.read_cursor,
@@ -75,21 +133,54 @@ def _rowcount(result: Any) -> int:
 
 
 class SqlMeshTx:
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
         self._conn = conn
+        self._store = store
         self._dialect = conn.dialect.name
         self._row_locks = self._dialect == "postgresql"
 
     async def get_agent(self, agent_id: str, *, for_update: bool = False) -> AgentRecord | None:
-        stmt = select(agents).where(agents.c.agent_id == agent_id)
-        if for_update and self._row_locks:
-            stmt = stmt.with_for_update()
-        row = (await self._conn.execute(stmt)).first()
+        stmt = _BY_ID_LOCKED if for_update and self._row_locks else _BY_ID
+        row = (await self._conn.execute(stmt, {"p_id": agent_id})).first()
         return _agent(row) if row else None
 
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
-        row = (await self._conn.execute(select(agents).where(agents.c.token_hash == token_hash))).first()
+        row = (await self._conn.execute(_BY_TOKEN, {"p_hash": token_hash})).first()
         return _agent(row) if row else None
+
+    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+        # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
+        # only costs the fallback): select, then update.
+        hints = self._store.ttl_hints
+        ttl = hints.get(token_hash)
+        if ttl is not None:
+            params = {
+                "p_hash": token_hash,
+                "p_now": now,
+                "p_ttl": ttl,
+                "p_seen": now,
+                "p_exp": now + timedelta(seconds=ttl),
+            }
+            row = (await self._conn.execute(_RENEW_BY_TOKEN, params)).first()
+            if row is not None:
+                return _agent(row)
+        stmt = _BY_TOKEN_LOCKED if self._row_locks else _BY_TOKEN
+        row = (await self._conn.execute(stmt, {"p_hash": token_hash})).first()
+        if row is None:
+            return None
+        agent = _agent(row)
+        if not agent.live_at(now):
+            return agent
+        if len(hints) >= MAX_HINTS:
+            hints.clear()
+        hints[token_hash] = agent.ttl_seconds
+        expires_at = now + timedelta(seconds=agent.ttl_seconds)
+        await self.touch(agent.agent_id, token_hash, now, expires_at)
+        return replace(agent, last_seen_at=now, expires_at=expires_at)
+
+    async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
+        params = {"p_id": agent_id, "p_hash": token_hash, "p_now": now, "p_seen": now, "p_exp": expires_at}
+        return _rowcount(await self._conn.execute(_TOUCH, params)) == 1
 
     async def create_agent(self, record: AgentRecord) -> bool:
         stmt = insert_ignore(self._dialect, agents, _agent_values(record), conflict=["agent_id"])
@@ -100,18 +191,28 @@ class SqlMeshTx:
         del values["agent_id"]
         await self._conn.execute(update(agents).where(agents.c.agent_id == record.agent_id).values(values))
 
-    async def touch_agent(self, agent_id: str, last_seen_at: datetime, expires_at: datetime) -> None:
-        await self._conn.execute(
-            update(agents).where(agents.c.agent_id == agent_id).values(last_seen_at=last_seen_at, expires_at=expires_at)
-        )
-
     async def set_cursor(self, agent_id: str, read_cursor: int) -> None:
-        await self._conn.execute(update(agents).where(agents.c.agent_id == agent_id).values(read_cursor=read_cursor))
+        await self._conn.execute(_SET_CURSOR, {"p_id": agent_id, "p_cursor": read_cursor})
 
-    async def list_agents(self, *, live_at: datetime | None) -> list[AgentRecord]:
-        stmt = select(agents).order_by(agents.c.agent_id)
-        if live_at is not None:
-            stmt = stmt.where(agents.c.expires_at > live_at)
+    async def end_lease(self, agent_id: str, now: datetime) -> None:
+        await self._conn.execute(_END_LEASE, {"p_id": agent_id, "p_now": now})
+
+    def _filtered(self, stmt: Select[Any], where: AgentFilter) -> Select[Any]:
+        if where.live_at is not None:
+            stmt = stmt.where(agents.c.expires_at > where.live_at)
+        if where.role is not None:
+            stmt = stmt.where(agents.c.role == where.role)
+        if where.repo is not None:
+            stmt = stmt.where(agents.c.repo == where.repo)
+        if where.cap is not None:
+            stmt = stmt.where(json_array_contains(self._dialect, agents.c.caps, where.cap))
+        return stmt
+
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        # Walks the primary key in agent_id order from the cursor and stops at the page's end.
+        stmt = self._filtered(select(agents), where).order_by(agents.c.agent_id).limit(limit)
+        if after is not None:
+            stmt = stmt.where(agents.c.agent_id > after)
         return [_agent(r) for r in (await self._conn.execute(stmt)).all()]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
@@ -123,62 +224,46 @@ class SqlMeshTx:
             stmt = stmt.with_for_update()
         return [_agent(r) for r in (await self._conn.execute(stmt)).all()]
 
-    async def add_message(self, message: MessageRecord, recipients: Sequence[str]) -> dict[str, int]:
-        await self._conn.execute(
-            messages.insert().values(
-                message_id=message.message_id,
-                sender=message.sender,
-                address=message.address,
-                subject=message.subject,
-                body=message.body,
-                sent_at=message.sent_at,
+    async def bump(self, agent_ids: Sequence[str], live_at: datetime) -> dict[str, int]:
+        ids = sorted(set(agent_ids))
+        if len(ids) == 1:
+            result = await self._conn.execute(_BUMP_ONE, {"p_id": ids[0], "p_now": live_at})
+        else:
+            result = await self._conn.execute(
+                update(agents)
+                .where(agents.c.agent_id.in_(ids), agents.c.expires_at > live_at)
+                .values(last_seq=agents.c.last_seq + 1)
+                .returning(agents.c.agent_id, agents.c.last_seq)
             )
-        )
-        ids = sorted(set(recipients))
-        if not ids:
-            return {}
-        bumped = await self._conn.execute(
-            update(agents)
-            .where(agents.c.agent_id.in_(ids))
-            .values(last_seq=agents.c.last_seq + 1)
-            .returning(agents.c.agent_id, agents.c.last_seq)
-        )
-        seqs = {agent_id: int(seq) for agent_id, seq in bumped.all()}
+        return {agent_id: int(seq) for agent_id, seq in result.all()}
+
+    async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         await self._conn.execute(
-            inbox.insert(),
-            [{"recipient": r, "seq": s, "message_id": message.message_id} for r, s in sorted(seqs.items())],
+            _INSERT_MESSAGE,
+            {
+                "message_id": message.message_id,
+                "sender": message.sender,
+                "body": message.body,
+                "thread_id": message.thread_id,
+                "sent_at": message.sent_at,
+            },
         )
-        return seqs
+        rows = [{"recipient": r, "seq": s, "message_id": message.message_id} for r, s in sorted(seqs.items())]
+        await self._conn.execute(_INSERT_INBOX, rows[0] if len(rows) == 1 else rows)
+        await self._store.on_stored(self._conn, list(seqs))
 
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
-        stmt = (
-            select(inbox.c.seq, messages)
-            .join(messages, messages.c.message_id == inbox.c.message_id)
-            .where(inbox.c.recipient == agent_id, inbox.c.seq > after)
-            .order_by(inbox.c.seq)
-            .limit(limit)
-        )
+        result = await self._conn.execute(_READ_INBOX, {"p_id": agent_id, "p_after": after, "p_limit": limit})
         return [
             InboxEntry(
-                seq=int(r.seq),
-                message=MessageRecord(
-                    message_id=r.message_id,
-                    sender=r.sender,
-                    address=dict(r.address),
-                    subject=r.subject,
-                    body=r.body,
-                    sent_at=r.sent_at,
-                ),
+                seq=int(r[0]),
+                message=MessageRecord(message_id=r[1], sender=r[2], body=r[3], thread_id=r[4], sent_at=r[5]),
             )
-            for r in (await self._conn.execute(stmt)).all()
+            for r in result.all()
         ]
 
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
-        row = (
-            await self._conn.execute(
-                select(idempotency).where(idempotency.c.scope == scope, idempotency.c.idem_key == key)
-            )
-        ).first()
+        row = (await self._conn.execute(_GET_IDEMPOTENCY, {"p_scope": scope, "p_key": key})).first()
         if row is None:
             return None
         m = row._mapping
@@ -206,38 +291,65 @@ class SqlMeshTx:
         return _rowcount(await self._conn.execute(stmt)) == 1
 
     async def sweep(self, policy: SweepPolicy) -> SweepReport:
+        # Each kind of row in one bounded batch: DELETE … WHERE key IN (SELECT key … LIMIT n).
+        n = policy.batch
         report = SweepReport()
+        stale_keys = (
+            select(idempotency.c.scope, idempotency.c.idem_key).where(idempotency.c.expires_at <= policy.now).limit(n)
+        )
         report.idempotency_keys = _rowcount(
-            await self._conn.execute(delete(idempotency).where(idempotency.c.expires_at <= policy.now))
+            await self._conn.execute(
+                delete(idempotency).where(tuple_(idempotency.c.scope, idempotency.c.idem_key).in_(stale_keys))
+            )
         )
-        gone = agents.c.expires_at < policy.agents_expired_before
-        # Counted before the cascade removes them, so the report says what went.
-        report.inbox_entries = int(
-            (
-                await self._conn.execute(
-                    select(func.count())
-                    .select_from(inbox.join(agents, agents.c.agent_id == inbox.c.recipient))
-                    .where(gone)
-                )
-            ).scalar_one()
+        gone = select(agents.c.agent_id).where(agents.c.expires_at < policy.agents_expired_before).limit(n)
+        gone_ids = [r[0] for r in (await self._conn.execute(gone)).all()]
+        if gone_ids:
+            report.inbox_entries = _rowcount(
+                await self._conn.execute(delete(inbox).where(inbox.c.recipient.in_(gone_ids)))
+            )
+            report.agents = _rowcount(await self._conn.execute(delete(agents).where(agents.c.agent_id.in_(gone_ids))))
+        read = (
+            select(inbox.c.recipient, inbox.c.seq)
+            .join(agents, agents.c.agent_id == inbox.c.recipient)
+            .join(messages, messages.c.message_id == inbox.c.message_id)
+            .where(inbox.c.seq <= agents.c.read_cursor, messages.c.sent_at < policy.read_before)
+            .limit(n)
         )
-        await self._conn.execute(delete(inbox).where(inbox.c.recipient.in_(select(agents.c.agent_id).where(gone))))
-        report.agents = _rowcount(await self._conn.execute(delete(agents).where(gone)))
-        read = exists().where(agents.c.agent_id == inbox.c.recipient, inbox.c.seq <= agents.c.read_cursor)
-        old = inbox.c.message_id.in_(select(messages.c.message_id).where(messages.c.sent_at < policy.read_before))
-        report.inbox_entries += _rowcount(await self._conn.execute(delete(inbox).where(and_(read, old))))
-        orphan = ~exists().where(inbox.c.message_id == messages.c.message_id)
+        report.inbox_entries += _rowcount(
+            await self._conn.execute(delete(inbox).where(tuple_(inbox.c.recipient, inbox.c.seq).in_(read)))
+        )
+        orphans = (
+            select(messages.c.message_id)
+            .where(
+                messages.c.sent_at < policy.read_before, ~exists().where(inbox.c.message_id == messages.c.message_id)
+            )
+            .limit(n)
+        )
         report.messages = _rowcount(
-            await self._conn.execute(delete(messages).where(messages.c.sent_at < policy.read_before, orphan))
+            await self._conn.execute(delete(messages).where(messages.c.message_id.in_(orphans)))
         )
         return report
 
 
 class SqlMeshStore:
+    """``on_stored`` runs inside the sending transaction (the PostgreSQL notifier NOTIFYs there: delivered exactly
+    when the message commits, with no transaction of its own)."""
+
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # token hash → TTL seen for it: lets a renewal be one UPDATE … RETURNING (see SqlMeshTx.renew).
+        self.ttl_hints: dict[str, int] = {}
+        self.notify_in_transaction: Any = None
+
+    async def on_stored(self, conn: AsyncConnection, recipients: list[str]) -> None:
+        if self.notify_in_transaction is not None and recipients:
+            await self.notify_in_transaction(conn, recipients)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
         async with self.engine.begin() as conn:
-            yield SqlMeshTx(conn)
+            yield SqlMeshTx(conn, self)
+
+
+__all__ = ["SqlMeshStore", "SqlMeshTx"]

@@ -6,22 +6,22 @@ from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, String, T
 
 from muster_api.db.schema import JSONDocument, UTCDateTime, metadata
 
-# One row per agent_id: its current session, lease and inbox counters (last_seq is the per-recipient sequence;
-# incrementing it under the row lock is what keeps inbox sequences gap-free and in commit order).
+# One row per agent_id: its current session, lease and inbox counters. last_seq is the per-recipient sequence:
+# incrementing it with UPDATE … RETURNING in the sending transaction is what keeps inbox sequences gap-free and in
+# commit order, across API instances. Listing pages walk the primary key (agent_id order); inbox reads walk
+# mesh_inbox's primary key (recipient, seq): both cost what the page holds, not what the table holds.
 agents = Table(
     "mesh_agents",
     metadata,
     Column("agent_id", String(64), primary_key=True),
-    Column("session_id", String(32), nullable=False),
     Column("token_hash", String(64), nullable=False, unique=True),
     Column("role", String(64), nullable=True),
     Column("repo", String(200), nullable=True),
     Column("caps", JSONDocument, nullable=False),
     Column("status", String(280), nullable=False),
     Column("ttl_seconds", Integer, nullable=False),
-    Column("checked_in_at", UTCDateTime, nullable=False),
     Column("last_seen_at", UTCDateTime, nullable=False),
-    Column("status_changed_at", UTCDateTime, nullable=False),
+    Column("status_since", UTCDateTime, nullable=False),
     Column("expires_at", UTCDateTime, nullable=False, index=True),
     Column("last_seq", BigInteger, nullable=False),
     Column("read_cursor", BigInteger, nullable=False),
@@ -33,9 +33,8 @@ messages = Table(
     metadata,
     Column("message_id", String(32), primary_key=True),
     Column("sender", String(64), nullable=False),
-    Column("address", JSONDocument, nullable=False),
-    Column("subject", String(200), nullable=True),
     Column("body", Text, nullable=False),
+    Column("thread_id", String(128), nullable=True),
     Column("sent_at", UTCDateTime, nullable=False, index=True),
 )
 
