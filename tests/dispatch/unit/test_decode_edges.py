@@ -102,7 +102,7 @@ def test_claude_rejected_rate_limit_on_a_successful_turn_is_not_a_fault() -> Non
     assert decode_transcript(CLAUDE, lines, exit_code=0).status == "completed"
 
 
-def test_claude_thinking_tool_use_and_file_change_blocks() -> None:
+def test_claude_thinking_and_tool_use_blocks() -> None:
     line = json.dumps(
         {
             "type": "assistant",
@@ -116,8 +116,32 @@ def test_claude_thinking_tool_use_and_file_change_blocks() -> None:
         }
     )
     events = CLAUDE.events(line)
-    assert [e.type for e in events] == ["reasoning", "tool", "file_change"]
-    assert events[2].data == {"path": "/w/a.txt"}
+    assert [e.type for e in events] == ["reasoning", "tool"]  # no file_change before the write succeeded
+    assert events[1].name == "Write" and events[1].input == {"file_path": "/w/a.txt"}
+
+
+def _tool_result(is_error: bool, detail: object) -> str:
+    block = {"type": "tool_result", "tool_use_id": "t1", "content": "x", "is_error": is_error}
+    return json.dumps({"type": "user", "message": {"content": [block]}, "tool_use_result": detail})
+
+
+def test_claude_file_change_comes_from_a_successful_write_result() -> None:
+    done = CLAUDE.events(_tool_result(False, {"type": "create", "filePath": "/w/a.txt", "content": "hi"}))
+    assert [e.type for e in done] == ["tool_result", "file_change"]
+    assert done[1].id == "t1" and done[1].data == {"path": "/w/a.txt", "kind": "create"}
+    denied = CLAUDE.events(_tool_result(True, "Error: Claude requested permissions to write to /w/a.txt"))
+    assert [e.type for e in denied] == ["tool_result"] and denied[0].code == "error"
+    bash = CLAUDE.events(_tool_result(False, {"stdout": "made", "stderr": ""}))
+    assert [e.type for e in bash] == ["tool_result"]
+
+
+def test_claude_permission_denied_is_a_warning() -> None:
+    line = json.dumps(
+        {"type": "system", "subtype": "permission_denied", "tool_name": "Write", "tool_use_id": "t1", "message": "no"}
+    )
+    assert CLAUDE.events(line) == [
+        AgentEvent("warning", text="no", id="t1", name="Write", code="permission_denied", data=json.loads(line))
+    ]
 
 
 def test_claude_partial_messages_give_text_deltas() -> None:
@@ -162,6 +186,19 @@ def test_codex_cache_write_tokens_are_cache_created() -> None:
     )
     usage = CODEX.events(line)[0].usage
     assert usage == Usage(input=50, cached=30, cache_created=20, output=5)
+
+
+def test_codex_quota_failure_also_gives_a_quota_event_with_reset() -> None:
+    line = json.dumps(
+        {
+            "type": "turn.failed",
+            "error": {"message": "You’ve hit your usage limit. try again at Jan 1st, 2030 12:00 AM."},
+        }
+    )
+    types = [e.type for e in CODEX.events(line)]
+    assert types == ["failure", "quota", "finished"]
+    quota = CODEX.events(line)[1]
+    assert quota.reset_at is not None and quota.reset_at.year == 2030
 
 
 def test_codex_turn_failed_is_the_failure_and_reconnecting_is_a_retry() -> None:

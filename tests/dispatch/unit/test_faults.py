@@ -91,6 +91,9 @@ def test_auth_failure_is_neither(harness) -> None:  # type: ignore[no-untyped-de
         ("resets 11am (UTC)", datetime(2029, 6, 2, 11, tzinfo=UTC)),  # already past today: tomorrow
         ("resets Mar 3 at 1am (UTC)", datetime(2030, 3, 3, 1, tzinfo=UTC)),  # no year: the next March 3rd
         ("resets Jul 4, 9pm", datetime(2029, 7, 4, 21, tzinfo=UTC)),
+        ("You will regain access on 2030-01-01 at 00:00 UTC.", datetime(2030, 1, 1, tzinfo=UTC)),
+        ("regain access on 2030-03-04 at 7:15 (Europe/Paris)", datetime(2030, 3, 4, 6, 15, tzinfo=UTC)),
+        ("resets on 2030-02-03", datetime(2030, 2, 3, tzinfo=UTC)),
     ],
 )
 def test_parse_reset(text: str, expected: datetime) -> None:

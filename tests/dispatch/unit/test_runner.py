@@ -13,6 +13,7 @@ from muster_dispatch import (
     AgentInput,
     Continuation,
     DirectoryConversationStore,
+    DispatchError,
     Journal,
     Usage,
     claude_harness,
@@ -44,6 +45,23 @@ async def test_events_stream_then_result(tmp_path: Path) -> None:
     assert result.usage.input == 240 and result.usage.output == 60 and result.usage.complete
     assert result.events == len(types)
     assert result.selected == "claude" and [a.agent for a in result.attempts] == ["claude"]
+
+
+def test_claude_command_line() -> None:
+    plain = claude_harness().request(AgentInput("hi"), executable="claude")
+    assert plain.args == ("-p", "hi", "--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits")
+    assert plain.stdin is None
+    fork = claude_harness(permission_mode="default").request(
+        AgentInput("x", Continuation("s1", fork=True)), model="opus", executable="claude"
+    )
+    assert fork.args[-5:] == ("--model", "opus", "--resume", "s1", "--fork-session")
+    assert "--permission-mode" not in fork.args
+    live = claude_harness().request(AgentInput("hi", live_input=True), executable="claude")
+    assert "--input-format" in live.args and "hi" not in live.args and live.keep_stdin
+    assert live.stdin is not None and json.loads(live.stdin)["message"]["content"][0]["text"] == "hi"
+    with pytest.raises(DispatchError) as info:
+        claude_harness(permission_mode="bypassPermissions")  # refused as root by the CLI itself
+    assert info.value.code == "configuration"
 
 
 async def test_result_without_iterating(tmp_path: Path) -> None:

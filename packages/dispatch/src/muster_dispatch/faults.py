@@ -2,7 +2,8 @@
 
 ``quota_fault(error)`` / ``unavailable_fault(error)`` read a ``DispatchError``; ``parse_reset(text)`` finds a reset time
 in the CLIs' own words ("resets Jan 1, 2030, 12am (UTC)", "try again at Jan 1st, 2030 12:00 AM", "resets 5pm
-(Europe/Paris)") and ``reset_from_epoch`` reads ``resetsAt`` (seconds or milliseconds since the epoch).
+(Europe/Paris)", "regain access on 2030-01-01 at 00:00 UTC") and ``reset_from_epoch`` reads ``resetsAt`` (seconds
+or milliseconds since the epoch).
 """
 
 from __future__ import annotations
@@ -82,12 +83,28 @@ _RESET = re.compile(
 )
 
 
+_RESET_ISO = re.compile(
+    r"(?:resets?|regain access|try again|available again|access again)\s+(?:on|at|after)?\s*"
+    r"(?P<date>\d{4}-\d{2}-\d{2})(?:(?:\s+at\s+|[T ])(?P<hour>\d{1,2}):(?P<minute>\d{2})(?::\d{2}(?:\.\d+)?)?)?"
+    r"\s*(?:\((?P<tz>[^)]+)\)|(?P<tzword>UTC|GMT|Z)\b)?",
+    re.IGNORECASE,
+)
+
+
 def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
     """The reset time a quota message names, as an aware UTC datetime, or None when it names none.
 
     A date without a year is the next such date; a time without a date is the next such time (both after ``now``).
     Times are read in the zone the message names (IANA name or UTC), else UTC.
     """
+    iso = _RESET_ISO.search(text)
+    if iso is not None:
+        try:
+            day = datetime.strptime(iso["date"], "%Y-%m-%d")
+            when = day.replace(hour=int(iso["hour"] or 0), minute=int(iso["minute"] or 0))
+            return when.replace(tzinfo=_zone(iso["tz"] or iso["tzword"])).astimezone(UTC)
+        except ValueError:
+            pass
     for match in _RESET.finditer(text):
         parsed = _from_match(match, now or datetime.now(UTC))
         if parsed is not None:

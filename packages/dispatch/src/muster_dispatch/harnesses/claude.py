@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
@@ -28,10 +30,13 @@ ENVIRONMENT = {
 
 CREDENTIAL_VARIABLES = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 
-_FILE_TOOLS = frozenset({"Edit", "Write", "MultiEdit", "NotebookEdit"})
+
+PERMISSION_MODES = ("default", "acceptEdits", "plan", "dontAsk", "auto")
 
 
-def request(input: AgentInput, model: str | None, program: str) -> Command:
+def request(input: AgentInput, model: str | None, program: str, permission_mode: str = "acceptEdits") -> Command:
+    # acceptEdits: a headless agent must be able to edit the workspace (the default mode denies every write, and
+    # bypassPermissions is refused as root).
     args: list[str] = ["-p"]
     stdin: str | None = None
     if input.live_input:
@@ -41,6 +46,8 @@ def request(input: AgentInput, model: str | None, program: str) -> Command:
     else:
         args.append(input.prompt)
     args += ["--output-format", "stream-json", "--verbose"]
+    if permission_mode != "default":
+        args += ["--permission-mode", permission_mode]
     if model:
         args += ["--model", model]
     if input.continuation is not None:
@@ -75,6 +82,17 @@ def _system(obj: dict[str, Any]) -> list[AgentEvent]:
         return [AgentEvent("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
     if subtype == "api_retry":
         return [AgentEvent("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
+    if subtype == "permission_denied":
+        return [
+            AgentEvent(
+                "warning",
+                text=_s(obj.get("message")) or "permission denied",
+                id=_s(obj.get("tool_use_id")),
+                name=_s(obj.get("tool_name")),
+                code="permission_denied",
+                data=obj,
+            )
+        ]
     return [AgentEvent("raw", data=obj)]  # thinking_tokens, compact_boundary, hooks…
 
 
@@ -96,12 +114,7 @@ def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
         elif btype == "thinking":
             out.append(AgentEvent("reasoning", text=block.get("thinking", ""), id=message_id))
         elif btype == "tool_use":
-            name = _s(block.get("name"))
-            tool_input = block.get("input")
-            out.append(AgentEvent("tool", id=_s(block.get("id")), name=name, input=tool_input))
-            if name in _FILE_TOOLS and isinstance(tool_input, dict):
-                path = tool_input.get("file_path") or tool_input.get("notebook_path")
-                out.append(AgentEvent("file_change", id=_s(block.get("id")), name=name, data={"path": path}))
+            out.append(AgentEvent("tool", id=_s(block.get("id")), name=_s(block.get("name")), input=block.get("input")))
     return out
 
 
@@ -110,15 +123,30 @@ def _user(obj: dict[str, Any]) -> list[AgentEvent]:
     content = message.get("content")
     out: list[AgentEvent] = []
     if isinstance(content, list):
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
+        results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+        for block in results:
+            tool_id = _s(block.get("tool_use_id"))
+            failed = bool(block.get("is_error"))
+            out.append(
+                AgentEvent(
+                    "tool_result",
+                    id=tool_id,
+                    output=_tool_output(block.get("content")),
+                    code="error" if failed else None,
+                )
+            )
+            # A file changed only when the tool succeeded: the result names the file (Write/Edit/MultiEdit),
+            # a denied or failed write has no filePath.
+            detail = obj.get("tool_use_result")
+            if (
+                not failed
+                and len(results) == 1
+                and isinstance(detail, dict)
+                and isinstance(detail.get("filePath"), str)
+            ):
+                kind = _s(detail.get("type")) or "edit"
                 out.append(
-                    AgentEvent(
-                        "tool_result",
-                        id=_s(block.get("tool_use_id")),
-                        output=_tool_output(block.get("content")),
-                        code="error" if block.get("is_error") else None,
-                    )
+                    AgentEvent("file_change", id=tool_id, name=kind, data={"path": detail["filePath"], "kind": kind})
                 )
     return out
 
@@ -300,10 +328,17 @@ def transcript_usage(text: str) -> Usage:
     return total
 
 
-def claude_harness(*, executable: str | Path | None = None) -> Harness:
+def claude_harness(*, executable: str | Path | None = None, permission_mode: str = "acceptEdits") -> Harness:
+    """Claude Code. ``permission_mode``: acceptEdits (default: edits and workspace commands run), default, plan…"""
+    if permission_mode not in PERMISSION_MODES:
+        raise DispatchError(
+            "configuration",
+            f"permission_mode must be one of {', '.join(PERMISSION_MODES)}",
+            {"field": "permission_mode"},
+        )
     return Harness(
         name="claude",
-        request_fn=request,
+        request_fn=functools.partial(request, permission_mode=permission_mode),
         events=events,
         quota=quota,
         unavailable=unavailable,

@@ -24,6 +24,7 @@ from typing import Any
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
+from muster_dispatch.faults import parse_reset
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import NOT_JSON, parse
@@ -73,11 +74,13 @@ def _turn_completed(obj: dict[str, Any]) -> list[AgentEvent]:
 
 def _turn_failed(obj: dict[str, Any]) -> list[AgentEvent]:
     error = obj.get("error") or {}
-    message = error.get("message") if isinstance(error, dict) else None
-    return [
-        AgentEvent("failure", text=_s(message) or "turn failed", code="turn.failed", data=obj),
-        AgentEvent("finished", code="failed"),
-    ]
+    message = _s(error.get("message") if isinstance(error, dict) else None) or "turn failed"
+    out = [AgentEvent("failure", text=message, code="turn.failed", data=obj)]
+    if quota(message):
+        # Codex has no quota event of its own: the terminal failure text is the signal.
+        out.append(AgentEvent("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
+    out.append(AgentEvent("finished", code="failed"))
+    return out
 
 
 def _thread_started(obj: dict[str, Any]) -> list[AgentEvent]:
