@@ -161,3 +161,27 @@ def test_journal_takes_an_injected_clock(tmp_path: Path) -> None:
     observation = journal.record("harness", {"dispatch": "d"}, {"type": "raw"})
     assert observation.at == "2030-01-01T00:00:00+00:00" and journal.last_seq == 1
     assert Journal(tmp_path / "j.jsonl").observations()[0].at == observation.at
+
+
+async def test_a_fallback_dispatch_replays_as_one_turn_with_its_attempts(tmp_path: Path) -> None:
+    from collections.abc import AsyncIterator
+
+    from muster_dispatch import AgentEvent, CustomContext, custom_agent, fallback_agent
+
+    async def limited(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+        yield AgentEvent("failure", text="You've hit your limit · resets Jan 1, 2030, 12am (UTC)", code="quota")
+
+    async def backup(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+        yield AgentEvent("text", text="covered")
+
+    path = tmp_path / "journal.jsonl"
+    agent = fallback_agent([custom_agent(limited), custom_agent(backup)])
+    recorded = await dispatch(agent, AgentInput("brief"), workspace=tmp_path, journal=Journal(path)).result()
+    run = dispatch(replay_agent(path), AgentInput("brief"), workspace=tmp_path)
+    types = [event.type async for event in run]
+    replayed = await run.result()
+    assert types == ["failure", "fallback", "text"]
+    assert replayed.selected == recorded.selected == "backup"
+    assert [a.agent for a in replayed.attempts] == ["limited", "backup"]
+    assert replayed.attempts[0].error is not None and replayed.attempts[0].error.code == "quota"
+    assert replayed.to_dict() == recorded.to_dict()

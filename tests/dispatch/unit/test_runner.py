@@ -304,3 +304,28 @@ async def test_steering_before_the_prompt_reached_the_session(tmp_path: Path, ea
         result = await run.result()
     assert result.status == "completed" and result.text == expected
     assert result.conversation == "late-thread"
+
+
+async def test_cancel_before_anything_ran(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, f"open({str(marker)!r}, 'w')")))
+    run = dispatch(agent, AgentInput("x"), workspace=tmp_path)
+    await run.cancel()
+    result = await run.result()
+    assert result.status == "canceled" and result.error is not None and result.error.code == "aborted"
+    assert not marker.exists()  # the CLI never started
+
+
+def test_bad_arguments_fail_at_once(tmp_path: Path) -> None:
+    agent = cli_agent(claude_harness(executable="claude"))
+    with pytest.raises(DispatchError) as deadline:
+        dispatch(agent, AgentInput("x"), workspace=tmp_path, deadline=0)
+    assert deadline.value.code == "configuration"
+    with pytest.raises(DispatchError) as prompt:
+        dispatch(agent, "x", workspace=tmp_path)  # type: ignore[arg-type]
+    assert prompt.value.code == "prompt"
+    with pytest.raises(DispatchError) as kind:
+        dispatch(object(), AgentInput("x"), workspace=tmp_path)  # type: ignore[arg-type]
+    assert kind.value.code == "configuration"
+    with pytest.raises(ValueError, match="conversation"):
+        Continuation("")
