@@ -231,3 +231,11 @@ async def test_a_child_holding_the_pipes_is_swept_after_the_cli_exits(tmp_path: 
         result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
     assert result.status == "completed" and result.text == "done"
     assert _wait_dead(json.loads(pid_file.read_text()))
+
+
+async def test_an_unwritable_provider_root_is_a_provider_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the homes should go")
+    agent = cli_agent(_env_harness(tmp_path))
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path, provider=local_provider(blocker)).result()
+    assert result.status == "failed" and result.error is not None and result.error.code == "provider"

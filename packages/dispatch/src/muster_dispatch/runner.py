@@ -373,6 +373,8 @@ class Dispatch:
                     )
         except DispatchError as exc:
             return _failed(exc)
+        except OSError as exc:  # the private home or the session files could not be prepared
+            return _failed(DispatchError("provider", f"cannot prepare the sandbox: {exc.strerror or exc}", cause=exc))
         signals = Signals(harness.quota, harness.unavailable, harness.requires_finished_event)
         usage: Usage | None = None
         events = 0
