@@ -2,12 +2,17 @@
 
 ``CallStore`` is the storage protocol (the service implements it in SQL; ``InMemoryCallStore`` here), checked by the
 conformance suite in ``muster_a2a.testing``. ``CallTracker`` runs calls and resumptions against a store.
+
+Several instances may share one store: the instance following a call holds it (``owner`` until
+``lease_expires_at``), renews that while it follows and releases it when the call ends. Another instance takes a call
+over only once nobody holds it or its lease has lapsed (``claim``), so a call is never followed twice while its
+follower lives, and never lost when it dies. Expiries come from the injected clock, never from the store's.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -15,10 +20,13 @@ from muster_a2a.agent import OnProgress, Progress, RemoteAgent, Tool
 from muster_a2a.errors import UnknownCallError
 from muster_a2a.models import CallRecord, ToolResult
 
+DEFAULT_LEASE = timedelta(seconds=30)
+
 
 class CallStore(Protocol):
     async def save(self, record: CallRecord) -> None:
-        """Insert or replace the record with this id."""
+        """Insert the record with this id (with its ``owner`` and lease), or replace it: every field except
+        ``owner`` and ``lease_expires_at``, which only ``claim``, ``renew`` and ``release`` change."""
         ...
 
     async def get(self, call_id: str) -> CallRecord | None: ...
@@ -27,29 +35,97 @@ class CallStore(Protocol):
         """Records without a result, oldest first."""
         ...
 
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int = 100) -> list[CallRecord]:
+        """Take up to ``limit`` records without a result that nobody holds (no owner, or a lease expired before
+        ``now``), oldest first: each gets ``owner`` and a lease until ``until``, and is returned so. Atomic: two
+        claimers, even concurrent ones on other instances, never get the same record."""
+        ...
+
+    async def renew(self, owner: str, call_ids: Collection[str], until: datetime) -> set[str]:
+        """Extend to ``until`` the lease of those records ``owner`` still holds; returns their ids (a missing id was
+        taken over by another instance, or is finished)."""
+        ...
+
+    async def release(self, owner: str, call_ids: Collection[str] | None = None) -> None:
+        """Drop ``owner``'s hold on these records (all it holds when ``None``): they are free to be claimed."""
+        ...
+
 
 class InMemoryCallStore:
     def __init__(self) -> None:
         self._records: dict[str, CallRecord] = {}
 
     async def save(self, record: CallRecord) -> None:
-        self._records[record.id] = record.model_copy(deep=True)
+        stored = self._records.get(record.id)
+        copy = record.model_copy(deep=True)
+        if stored is not None:
+            copy.owner, copy.lease_expires_at = stored.owner, stored.lease_expires_at
+        self._records[record.id] = copy
 
     async def get(self, call_id: str) -> CallRecord | None:
         record = self._records.get(call_id)
         return record.model_copy(deep=True) if record else None
 
-    async def in_flight(self) -> list[CallRecord]:
+    def _pending(self) -> list[CallRecord]:
         pending = [r for r in self._records.values() if r.result is None]
-        return [r.model_copy(deep=True) for r in sorted(pending, key=lambda r: (r.created_at, r.id))]
+        return sorted(pending, key=lambda r: (r.created_at, r.id))
+
+    async def in_flight(self) -> list[CallRecord]:
+        return [r.model_copy(deep=True) for r in self._pending()]
+
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int = 100) -> list[CallRecord]:
+        free = [r for r in self._pending() if r.owner is None or r.lease_expires_at is None or r.lease_expires_at < now]
+        for record in free[:limit]:
+            record.owner, record.lease_expires_at = owner, until
+        return [r.model_copy(deep=True) for r in free[:limit]]
+
+    async def renew(self, owner: str, call_ids: Collection[str], until: datetime) -> set[str]:
+        renewed: set[str] = set()
+        for call_id in call_ids:
+            record = self._records.get(call_id)
+            if record is not None and record.result is None and record.owner == owner:
+                record.lease_expires_at = until
+                renewed.add(call_id)
+        return renewed
+
+    async def release(self, owner: str, call_ids: Collection[str] | None = None) -> None:
+        for record in self._records.values():
+            if record.owner == owner and (call_ids is None or record.id in call_ids):
+                record.owner, record.lease_expires_at = None, None
 
 
 class CallTracker:
-    """Runs tool calls with their handle stored (before polling) and their result stored at the end."""
+    """Runs tool calls with their handle stored (before polling) and their result stored at the end.
 
-    def __init__(self, store: CallStore, now: Callable[[], datetime]) -> None:
+    ``owner`` names this tracker's instance in the store; the calls it begins or claims are held for ``lease`` (from
+    ``now``), which its user renews (``renew``) while it follows them."""
+
+    def __init__(
+        self,
+        store: CallStore,
+        now: Callable[[], datetime],
+        *,
+        owner: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> None:
         self.store = store
         self.now = now
+        self.owner = owner or uuid.uuid4().hex
+        self.lease = lease
+
+    async def claim(self, *, limit: int = 100) -> list[CallRecord]:
+        """The in-flight calls nobody holds any more, now held by this tracker's owner."""
+        now = self.now()
+        return await self.store.claim(self.owner, now, now + self.lease, limit=limit)
+
+    async def renew(self, call_ids: Collection[str]) -> set[str]:
+        """Extend the lease of the calls still held; returns those (the others were taken over or are finished)."""
+        if not call_ids:
+            return set()
+        return await self.store.renew(self.owner, call_ids, self.now() + self.lease)
+
+    async def release(self, call_ids: Collection[str] | None = None) -> None:
+        await self.store.release(self.owner, call_ids)
 
     async def begin(self, tool: Tool, task: str) -> CallRecord:
         """Record a call about to be sent (state ``sending``)."""
@@ -63,6 +139,8 @@ class CallTracker:
             created_at=at,
             updated_at=at,
             expires_at=at + timedelta(milliseconds=tool.agent.timeout),
+            owner=self.owner,
+            lease_expires_at=at + self.lease,
         )
         await self.store.save(record)
         return record
@@ -88,6 +166,8 @@ class CallTracker:
         record.result = result
         record.updated_at = self.now()
         await self.store.save(record)
+        await self.store.release(self.owner, [record.id])
+        record.owner = record.lease_expires_at = None
         return record
 
     async def run(self, record: CallRecord, tool: Tool) -> CallRecord:
@@ -101,8 +181,11 @@ class CallTracker:
         """Follow an in-flight record by GetTask for what is left of its budget (then CancelTask).
 
         An agent that is configured but unavailable right now (card unreachable) leaves the record in flight, for a
-        later attempt (reload, restart); an agent no longer configured ends it with an error."""
+        later attempt (reload, restart, or another instance): it is released; an agent no longer configured ends it with
+        an error."""
         if agent is not None and not agent.ok and record.task_id is not None:
+            await self.store.release(self.owner, [record.id])
+            record.owner = record.lease_expires_at = None
             return record
         if record.task_id is None:
             reason = "the service stopped before the agent returned a task id; the call cannot be resumed"

@@ -73,7 +73,9 @@ class Collision(_Strict):
 class CallRecord(_Strict):
     """A stored remote call: enough to resume it after a restart (agent, task id, context id, dialect, state).
 
-    ``result`` is set once the call is over; a record without a result is in flight.
+    ``result`` is set once the call is over; a record without a result is in flight. ``owner`` is the instance
+    following the call, which holds it until ``lease_expires_at`` and renews that while following; only the store's
+    ``claim`` / ``renew`` / ``release`` change these two (``save`` keeps them on a replace).
     """
 
     id: str
@@ -88,6 +90,8 @@ class CallRecord(_Strict):
     created_at: datetime
     updated_at: datetime
     expires_at: datetime
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
     result: ToolResult | None = None
 
     @property

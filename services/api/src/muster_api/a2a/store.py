@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_a2a import CallRecord, ToolResult
+from muster_api.a2a.claims import lock_claimable
 from muster_api.a2a.tables import calls
 from muster_api.db.dialect import upsert
 
 _COLUMNS = [c.name for c in calls.columns]
+# A replace never touches who holds the call: only claim / renew / release do.
+_REPLACED = [c for c in _COLUMNS if c not in ("id", "owner", "lease_expires_at")]
+
+
+def _free(now: datetime) -> ColumnElement[bool]:
+    """Unfinished, and nobody holds it: no owner, or a lease that lapsed before ``now``."""
+    return calls.c.done.is_(False) & or_(
+        calls.c.owner.is_(None), calls.c.lease_expires_at.is_(None), calls.c.lease_expires_at < now
+    )
 
 
 class SqlCallStore:
@@ -22,9 +34,7 @@ class SqlCallStore:
         values: dict[str, Any] = record.model_dump(exclude={"result"})
         values["done"] = record.result is not None
         values["result"] = record.result.model_dump(mode="json") if record.result is not None else None
-        stmt = upsert(
-            self.engine.dialect.name, calls, values, conflict=["id"], update=[c for c in _COLUMNS if c != "id"]
-        )
+        stmt = upsert(self.engine.dialect.name, calls, values, conflict=["id"], update=_REPLACED)
         async with self.engine.begin() as conn:
             await conn.execute(stmt)
 
@@ -38,6 +48,44 @@ class SqlCallStore:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [_record(dict(row)) for row in rows]
+
+    async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int = 100) -> list[CallRecord]:
+        candidates = select(calls.c.id).where(_free(now)).order_by(calls.c.created_at, calls.c.id).limit(limit)
+        async with self.engine.begin() as conn:
+            ids = list((await conn.execute(lock_claimable(self.engine.dialect.name, candidates))).scalars())
+            if not ids:
+                return []
+            # Conditional: a row whose lease was renewed or taken since the select is left alone.
+            stmt = (
+                update(calls)
+                .where(calls.c.id.in_(ids), _free(now))
+                .values(owner=owner, lease_expires_at=until)
+                .returning(*calls.columns)
+            )
+            rows = (await conn.execute(stmt)).mappings().all()
+        records = [_record(dict(row)) for row in rows]
+        return sorted(records, key=lambda r: (r.created_at, r.id))
+
+    async def renew(self, owner: str, call_ids: Collection[str], until: datetime) -> set[str]:
+        if not call_ids:
+            return set()
+        stmt = (
+            update(calls)
+            .where(calls.c.id.in_(list(call_ids)), calls.c.owner == owner, calls.c.done.is_(False))
+            .values(lease_expires_at=until)
+            .returning(calls.c.id)
+        )
+        async with self.engine.begin() as conn:
+            return set((await conn.execute(stmt)).scalars())
+
+    async def release(self, owner: str, call_ids: Collection[str] | None = None) -> None:
+        stmt = update(calls).where(calls.c.owner == owner).values(owner=None, lease_expires_at=None)
+        if call_ids is not None:
+            if not call_ids:
+                return
+            stmt = stmt.where(calls.c.id.in_(list(call_ids)))
+        async with self.engine.begin() as conn:
+            await conn.execute(stmt)
 
 
 def _record(row: dict[str, Any]) -> CallRecord:

@@ -1,4 +1,4 @@
-"""A2A: remote call handles.
+"""A2A: remote call handles, held by the instance following them (owner + lease).
 
 Revision ID: 0003_a2a
 Revises: 0002_mesh
@@ -34,11 +34,15 @@ def upgrade() -> None:
         sa.Column("expires_at", UTCDateTime(), nullable=False),
         sa.Column("done", sa.Boolean(), nullable=False),
         sa.Column("result", JSONDocument(), nullable=True),
+        sa.Column("owner", sa.String(64), nullable=True),
+        sa.Column("lease_expires_at", UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_a2a_calls"),
     )
     op.create_index("ix_a2a_calls_done", "a2a_calls", ["done"])
+    op.create_index("ix_a2a_calls_done_lease", "a2a_calls", ["done", "lease_expires_at"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_a2a_calls_done_lease", table_name="a2a_calls")
     op.drop_index("ix_a2a_calls_done", table_name="a2a_calls")
     op.drop_table("a2a_calls")
