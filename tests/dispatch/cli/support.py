@@ -37,6 +37,7 @@ def claude_agent(
     storage: Any = None,
     extra: Mapping[str, str] | None = None,
     name: str | None = None,
+    permission_mode: str | None = None,
 ) -> CliAgent:
     """Claude Code pointed at ``base_url``; ``subscription`` logs in with an OAuth token (usage-limit headers)."""
     variables = {"ANTHROPIC_BASE_URL": base_url, "CLAUDE_CODE_MAX_RETRIES": "2"}
@@ -45,7 +46,12 @@ def claude_agent(
     else:
         variables["ANTHROPIC_API_KEY"] = "sk-ant-test-key"
     variables.update(extra or {})
-    return cli_agent(claude_harness(executable=executable), variables=variables, storage=storage, name=name)
+    harness = (
+        claude_harness(executable=executable)
+        if permission_mode is None
+        else claude_harness(executable=executable, permission_mode=permission_mode)
+    )
+    return cli_agent(harness, variables=variables, storage=storage, name=name)
 
 
 def codex_agent(

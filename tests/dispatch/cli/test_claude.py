@@ -167,9 +167,6 @@ async def test_usage_limit_with_reset_time(
             "specified API usage limits",
             datetime(2030, 1, 1, tzinfo=UTC),
             id="api-usage-limit",
-            marks=pytest.mark.xfail(
-                strict=True, reason="package bug 3 in /tmp/dispatch-notes.md: 'regain access on DATE at HH:MM UTC'"
-            ),
         ),
     ],
 )
@@ -390,3 +387,49 @@ async def test_live_input_appends_a_user_message_to_the_running_turn(
     assert turn.result.text == "Answer two."
     assert len({e.id for e in turn.of("conversation")}) == 1
     assert (turn.result.usage.input, turn.result.usage.output) == (240, 60)
+
+
+async def test_file_change_with_the_default_accept_edits_mode(
+    installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    """The harness runs Claude with acceptEdits: a Write in the workspace lands on disk and is reported."""
+    target = workspace.resolve() / "hello.txt"
+    fake_anthropic.script.plan(
+        Reply(tool=ToolCall(name="Write", arguments={"file_path": str(target), "content": "hello\n"})),
+        Reply(tool=ToolCall("touch made-by-bash.txt && echo made", call_id="call_2")),
+        Reply(text="Finished."),
+    )
+    agent = claude_agent(installed_clis.claude, fake_anthropic.url)
+
+    turn = await run_turn(agent, "Create hello.txt", workspace, local_provider(tmp_path / "sandboxes"))
+
+    assert turn.result.status == "completed", turn.result.error
+    assert target.read_text() == "hello\n"
+    assert (workspace / "made-by-bash.txt").exists()  # workspace commands run too
+    (change,) = turn.of("file_change")
+    assert str(target) in str(change.data)
+    assert [r.code for r in turn.of("tool_result")] == [None, None]
+    assert not turn.of("warning")
+
+
+async def test_a_refused_write_is_a_warning_and_no_file_change(
+    installed_clis: InstalledClis, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    """With Claude's own "default" permission mode a Write is refused: nothing may claim a change."""
+    target = workspace.resolve() / "hello.txt"
+    fake_anthropic.script.plan(
+        Reply(tool=ToolCall(name="Write", arguments={"file_path": str(target), "content": "hello\n"})),
+        Reply(text="Could not write."),
+    )
+    agent = claude_agent(installed_clis.claude, fake_anthropic.url, permission_mode="default")
+
+    turn = await run_turn(agent, "Create hello.txt", workspace, local_provider(tmp_path / "sandboxes"))
+
+    assert turn.result.status == "completed", turn.result.error
+    assert not target.exists()
+    assert turn.of("file_change") == []
+    (outcome,) = turn.of("tool_result")
+    assert outcome.code == "error"
+    (warning,) = turn.of("warning")
+    assert warning.code == "permission_denied"
+    assert "hello.txt" in str(warning.text)

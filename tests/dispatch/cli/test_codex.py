@@ -159,8 +159,10 @@ async def test_quota(
     assert words in result.error.message
     fault = quota_fault(result.error)
     assert fault is not None and fault.reset_at == reset
-    # Codex has no native quota event: the terminal failure carries the message.
-    assert any(words in str(e.text) for e in turn.of("failure") + turn.of("quota")), turn.types
+    # Codex has no native quota event: the harness turns the terminal quota failure into one.
+    quotas = turn.of("quota")
+    assert quotas and all(words in str(e.text) for e in quotas), turn.types
+    assert quotas[-1].reset_at == reset
     assert unavailable_fault(result.error) is None
 
 
