@@ -46,6 +46,7 @@ from muster_mesh.models import (
 )
 from muster_mesh.notify import LocalNotifier
 from muster_mesh.records import (
+    AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
@@ -61,6 +62,7 @@ __all__ = [
     "AckPreview",
     "AckRequest",
     "AckResult",
+    "AgentChanges",
     "AgentFilter",
     "AgentList",
     "AgentNotFound",

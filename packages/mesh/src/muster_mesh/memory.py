@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import anyio
 
 from muster_mesh.records import (
+    AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
@@ -88,6 +89,28 @@ class _MemoryTx:
             return False
         self._set_agent(replace(agent, last_seen_at=now, expires_at=expires_at))
         return True
+
+    async def renew_checkin(
+        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+    ) -> AgentRecord | None:
+        agent = self._s.agents.get(agent_id)
+        if agent is None or agent.token_hash != token_hash or not agent.live_at(now):
+            return None
+        ttl = ttl_seconds if ttl_seconds is not None else agent.ttl_seconds
+        status = changes.status if changes.status is not None else agent.status
+        renewed = replace(
+            agent,
+            role=changes.role if changes.role is not None else agent.role,
+            repo=changes.repo if changes.repo is not None else agent.repo,
+            caps=changes.caps if changes.caps is not None else agent.caps,
+            status=status,
+            status_since=agent.status_since if status == agent.status else now,
+            ttl_seconds=ttl,
+            last_seen_at=now,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        self._set_agent(renewed)
+        return renewed
 
     async def create_agent(self, record: AgentRecord) -> bool:
         if record.agent_id in self._s.agents:
@@ -187,6 +210,8 @@ class _MemoryTx:
 
 class InMemoryMeshStore:
     """For tests, single-process tools and as the reference the conformance suite is written against."""
+
+    serial = True
 
     def __init__(self) -> None:
         self._state = _State()

@@ -53,6 +53,7 @@ from muster_mesh.models import (
 )
 from muster_mesh.notify import LocalNotifier
 from muster_mesh.records import (
+    AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
@@ -239,6 +240,20 @@ class Mesh:
                 replayed = await self._replayed(tx, scope, key, "checkin", fingerprint, CheckinRecord)
                 if replayed is not None:
                     return replayed
+            if request.confirm and presented is not None and key is None:
+                # The common case, a live agent renewing its own lease: one statement.
+                ttl_given = request.ttl_seconds or (default_ttl(request.role) if request.role is not None else None)
+                changes = AgentChanges(
+                    role=request.role,
+                    repo=request.repo,
+                    caps=tuple(request.caps) if request.caps is not None else None,
+                    status=request.status,
+                )
+                renewed = await tx.renew_checkin(
+                    request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes
+                )
+                if renewed is not None:
+                    return CheckinRecord(**view(renewed, now).__dict__, action="renew")
             current = await tx.get_agent(request.agent_id, for_update=True)
             action: Action = "create"
             if current is not None and current.live_at(now):
@@ -356,9 +371,14 @@ class Mesh:
     async def _send(self, request: SendRequest, token: str | None) -> SendPreview | SendResult:
         now = self._now()
         hashed = self._hash(token)
+        serial = self.store.serial
         async with self.store.transaction() as tx:
-            # Read without a lock: the sender's row is renewed below, in agent_id order with the recipients'.
-            sender = self._usable(await tx.find_by_token(hashed), now)
+            # Where transactions overlap, read without a lock: the sender's row is renewed below, in agent_id order
+            # with the recipients', so that two agents messaging each other cannot deadlock.
+            if serial and request.confirm:
+                sender = self._usable(await tx.renew(hashed, now), now)
+            else:
+                sender = self._usable(await tx.find_by_token(hashed), now)
             scope = f"agent:{sender.agent_id}"
             fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
             if request.confirm:
@@ -372,6 +392,8 @@ class Mesh:
                     return SendPreview(recipients=[request.to])
                 seqs: dict[str, int] = {}
                 for agent_id in sorted({sender.agent_id, request.to}):
+                    if agent_id == sender.agent_id and serial:
+                        continue  # renewed above
                     if agent_id == sender.agent_id and not await tx.touch(agent_id, hashed, now, expires_at):
                         raise InvalidToken("the token's session ended meanwhile; check in again")
                     if agent_id == request.to:
@@ -389,7 +411,7 @@ class Mesh:
                 # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
                 # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
                 await tx.lock_agents([*candidates, sender.agent_id])
-                if not await tx.touch(sender.agent_id, hashed, now, expires_at):
+                if not serial and not await tx.touch(sender.agent_id, hashed, now, expires_at):
                     raise InvalidToken("the token's session ended meanwhile; check in again")
                 seqs = await tx.bump(candidates, now) if candidates else {}
             message_id = uuid.uuid4().hex if seqs else None

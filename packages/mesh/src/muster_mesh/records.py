@@ -49,6 +49,16 @@ class InboxEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentChanges:
+    """The fields a check-in renewal sets; None leaves a field as it is."""
+
+    role: str | None = None
+    repo: str | None = None
+    caps: tuple[str, ...] | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AgentFilter:
     """Which agents a listing or a fan-out covers: all given fields must match; ``live_at`` None includes expired."""
 

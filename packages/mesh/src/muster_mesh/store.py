@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Protocol
 
 from muster_mesh.records import (
+    AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
@@ -38,6 +39,14 @@ class MeshTx(Protocol):
 
     async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
         """Renew this agent's lease if its session still has this token and is live at ``now`` (locks the row)."""
+
+    async def renew_checkin(
+        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+    ) -> AgentRecord | None:
+        """Renew the live session of ``agent_id`` held by ``token_hash`` and return the new row: ``last_seen_at =
+        now``, ``expires_at = now + ttl`` (``ttl_seconds``, or the row's own when None), each field of ``changes``
+        that is not None, and ``status_since = now`` only when the status text changes. None, and no change, when
+        the agent does not exist, is not live at ``now`` or holds another token."""
 
     async def create_agent(self, record: AgentRecord) -> bool:
         """Insert a new agent row; False (and no change) when the agent_id exists already."""
@@ -83,6 +92,10 @@ class MeshTx(Protocol):
 
 
 class MeshStore(Protocol):
+    serial: bool
+    """True when transactions never overlap (one lock over them all): lock ordering is then moot, and ``Mesh`` may
+    renew a sender before locking its recipients, saving a statement."""
+
     def transaction(self) -> AbstractAsyncContextManager[MeshTx]:
         """A transaction: committed when the block exits normally, rolled back when it raises."""
 

@@ -6,13 +6,16 @@ authenticated call renews the caller's lease. 401: no usable credentials; 403: s
 ``idempotency_key`` in a send's body, or the ``Idempotency-Key`` header on any mutating call; a replayed answer
 carries ``Idempotent-Replayed: true``. Unknown body fields and unknown query parameters are refused (422, by name).
 
-Answers are serialised straight from the mesh's models (``model_dump_json``): FastAPI's response-model round trip
-would validate and encode each answer a second time.
+Dependencies are ``async def``: FastAPI runs plain ``def`` dependencies in a worker thread, a thread hop each per
+request. Answers are serialised straight from the mesh's models (``model_dump_json``): FastAPI's response-model
+round trip would validate and encode each answer a second time.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
@@ -41,7 +44,7 @@ from muster_mesh import (
     SendResult,
 )
 from muster_mesh.mesh import Mesh
-from muster_mesh.models import AgentId, IdempotencyKey, Label, Repo
+from muster_mesh.models import AgentId, Label, Repo
 
 router = APIRouter(prefix="/mesh", tags=["mesh"])
 
@@ -54,45 +57,49 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
 MAX_PAGE = 500
 
 
-def get_mesh(request: Request) -> Mesh:
-    mesh: Mesh = request.app.state.mesh
-    return mesh
+KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,128}$")
 
 
-def bearer_token(authorization: Annotated[str | None, Header()] = None) -> str | None:
-    """The session token from ``Authorization: Bearer …`` (None when absent: the mesh says whether it is needed)."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
-        raise InvalidToken("Authorization must be 'Bearer <session token>'")
-    return value.strip()
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Who calls and how: the mesh, the bearer token (None when absent: the mesh says whether it is needed) and the
+    ``Idempotency-Key`` header."""
+
+    mesh: Mesh
+    token: str | None
+    key: str | None
 
 
-def idempotency_header(idempotency_key: Annotated[IdempotencyKey | None, Header()] = None) -> str | None:
-    return idempotency_key
+def caller(*query: str) -> Callable[[Request], Awaitable[Call]]:
+    """One dependency per route, reading the headers itself (each FastAPI dependency costs a resolution per
+    request), and refusing query parameters the route does not take: a typo such as ``wait=`` must not be
+    silently ignored."""
+    known = frozenset(query)
 
-
-def only_query(*allowed: str) -> Callable[[Request], None]:
-    """Refuse query parameters the route does not take (a typo such as ``wait=`` must not be silently ignored)."""
-    known = frozenset(allowed)
-
-    def check(request: Request) -> None:
+    async def resolve(request: Request) -> Call:
         unknown = sorted(set(request.query_params) - known)
         if unknown:
+            takes = ", ".join(sorted(known)) or "none"
             raise InvalidRequest(
-                f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {', '.join(sorted(known))}",
-                errors=[
-                    {"field": name, "rule": "extra_forbidden", "message": "unknown query parameter"} for name in unknown
-                ],
+                f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {takes}",
+                errors=[{"field": n, "rule": "extra_forbidden", "message": "unknown query parameter"} for n in unknown],
             )
+        token = None
+        authorization = request.headers.get("authorization")
+        if authorization:
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() != "bearer" or not value.strip():
+                raise InvalidToken("Authorization must be 'Bearer <session token>'")
+            token = value.strip()
+        key = request.headers.get("idempotency-key")
+        if key is not None and not KEY_PATTERN.fullmatch(key):
+            raise InvalidRequest(
+                "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces",
+                errors=[{"field": "Idempotency-Key", "rule": "string_pattern_mismatch", "message": "bad key"}],
+            )
+        return Call(request.app.state.mesh, token, key)
 
-    return check
-
-
-MeshDep = Annotated[Mesh, Depends(get_mesh)]
-TokenDep = Annotated[str | None, Depends(bearer_token)]
-KeyDep = Annotated[str | None, Depends(idempotency_header)]
+    return resolve
 
 
 def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
@@ -106,11 +113,11 @@ def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
     response_model=CheckinPreview | CheckinRecord,
     responses=AUTH_ERRORS,
 )
-async def checkin(body: CheckinRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
+async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]) -> Response:
     """Without `confirm: true` the answer is a preview (`{preview, action, agent}`) and nothing changes. Confirmed,
     the answer is the agent's record; the check-in that starts a session adds its `token` (once). A live agent_id is
     renewed only with its own token (401 without one, 403 with another's); an expired one is claimed anew."""
-    result = await mesh.checkin(body, token=token, idempotency_key=key)
+    result = await call.mesh.checkin(body, token=call.token, idempotency_key=call.key)
     if isinstance(result, CheckinRecord) and result.token is None:
         return answer(result, exclude={"token"})
     return answer(result)
@@ -121,11 +128,9 @@ async def checkin(body: CheckinRequest, mesh: MeshDep, token: TokenDep, key: Key
     summary="agents_list: the live directory with heartbeat and status ages",
     response_model=AgentList,
     responses=AUTH_ERRORS,
-    dependencies=[Depends(only_query("repo", "role", "cap", "include_expired", "limit", "cursor"))],
 )
 async def list_agents(
-    mesh: MeshDep,
-    token: TokenDep,
+    call: Annotated[Call, Depends(caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
     repo: Annotated[Repo | None, Query()] = None,
     role: Annotated[Label | None, Query()] = None,
     cap: Annotated[Label | None, Query()] = None,
@@ -133,8 +138,8 @@ async def list_agents(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Annotated[AgentId | None, Query(description="`next_cursor` of the previous page.")] = None,
 ) -> Response:
-    page = await mesh.list_agents(
-        token=token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
+    page = await call.mesh.list_agents(
+        token=call.token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
     )
     return answer(page)
 
@@ -144,10 +149,9 @@ async def list_agents(
     summary="One agent of the directory (live or expired, until swept)",
     response_model=AgentView,
     responses={**AUTH_ERRORS, 404: {"description": "no such agent", **PROBLEM}},
-    dependencies=[Depends(only_query())],
 )
-async def get_agent(agent_id: Annotated[AgentId, Path()], mesh: MeshDep, token: TokenDep) -> Response:
-    return answer(await mesh.get_agent(agent_id, token=token))
+async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, Depends(caller())]) -> Response:
+    return answer(await call.mesh.get_agent(agent_id, token=call.token))
 
 
 @router.post(
@@ -161,14 +165,14 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], mesh: MeshDep, token: 
         413: {"description": "body over 64 KiB", **PROBLEM},
     },
 )
-async def send(body: SendRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
+async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> Response:
     """Exactly one of `to`, `role`, `repo`, `cap`. `stored` counts the inboxes that hold the message once this
     answers (stored, not delivered)."""
-    if key is not None:
-        if body.idempotency_key is not None and body.idempotency_key != key:
+    if call.key is not None:
+        if body.idempotency_key is not None and body.idempotency_key != call.key:
             raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")
-        body = body.model_copy(update={"idempotency_key": key})
-    return answer(await mesh.send(body, token=token))
+        body = body.model_copy(update={"idempotency_key": call.key})
+    return answer(await call.mesh.send(body, token=call.token))
 
 
 @router.get(
@@ -176,11 +180,9 @@ async def send(body: SendRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -
     summary="agent_inbox: read (and long-poll) the caller's inbox",
     response_model=InboxPage,
     responses=AUTH_ERRORS,
-    dependencies=[Depends(only_query("after", "limit", "wait_seconds"))],
 )
 async def read_inbox(
-    mesh: MeshDep,
-    token: TokenDep,
+    call: Annotated[Call, Depends(caller("after", "limit", "wait_seconds"))],
     after: Annotated[int | None, Query(ge=0, description="Cursor: messages after this sequence.")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     wait_seconds: Annotated[
@@ -188,7 +190,7 @@ async def read_inbox(
     ] = 0,
 ) -> Response:
     """Idempotent: the same `after` returns the same messages; reading never moves the stored cursor (ack does)."""
-    return answer(await mesh.read_inbox(token=token, after=after, limit=limit, wait_seconds=wait_seconds))
+    return answer(await call.mesh.read_inbox(token=call.token, after=after, limit=limit, wait_seconds=wait_seconds))
 
 
 @router.post(
@@ -197,8 +199,8 @@ async def read_inbox(
     response_model=AckPreview | AckResult,
     responses=AUTH_ERRORS,
 )
-async def ack(body: AckRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> Response:
-    return answer(await mesh.ack(body, token=token, idempotency_key=key))
+async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Response:
+    return answer(await call.mesh.ack(body, token=call.token, idempotency_key=call.key))
 
 
 @router.post(
@@ -208,20 +210,19 @@ async def ack(body: AckRequest, mesh: MeshDep, token: TokenDep, key: KeyDep) -> 
     responses=AUTH_ERRORS,
 )
 async def checkout(
-    mesh: MeshDep, token: TokenDep, key: KeyDep, body: Annotated[CheckoutRequest | None, Body()] = None
+    call: Annotated[Call, Depends(caller())], body: Annotated[CheckoutRequest | None, Body()] = None
 ) -> Response:
-    return answer(await mesh.checkout(body or CheckoutRequest(), token=token, idempotency_key=key))
+    return answer(await call.mesh.checkout(body or CheckoutRequest(), token=call.token, idempotency_key=call.key))
 
 
 async def _first_page(
-    mesh: MeshDep,
-    token: TokenDep,
+    call: Annotated[Call, Depends(caller("after"))],
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[int | None, Header(ge=0, description="Resume after this sequence.")] = None,
 ) -> tuple[Mesh, str | None, InboxPage]:
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.
     start = last_event_id if last_event_id is not None else after
-    return mesh, token, await mesh.read_inbox(token=token, after=start, limit=MAX_PAGE)
+    return call.mesh, call.token, await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE)
 
 
 @router.get(
@@ -229,7 +230,6 @@ async def _first_page(
     response_class=EventSourceResponse,
     summary="The caller's inbox as Server-Sent Events (event `message`, id = sequence; resumable with Last-Event-ID)",
     responses=AUTH_ERRORS,
-    dependencies=[Depends(only_query("after"))],
 )
 async def stream_inbox(
     first: Annotated[tuple[Mesh, str | None, InboxPage], Depends(_first_page)],

@@ -15,16 +15,20 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import CursorResult, Select, bindparam, delete, exists, select, tuple_, update
+import anyio
+from sqlalchemy import CursorResult, Select, Update, bindparam, case, delete, exists, select, tuple_, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.elements import BindParameter
 
 from muster_api.db.dialect import insert_ignore
 from muster_api.mesh.sqlfn import json_array_contains
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
 from muster_mesh import (
+    AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
@@ -90,6 +94,37 @@ _GET_IDEMPOTENCY = select(idempotency).where(
 )
 
 
+def _p(name: str, column: str) -> BindParameter[Any]:
+    return bindparam(name, type_=agents.c[column].type)
+
+
+@lru_cache(maxsize=64)
+def _renew_checkin(role: bool, repo: bool, caps: bool, status: bool, keep_ttl: bool) -> Update:
+    """UPDATE … RETURNING for a check-in renewal setting these fields (one statement per shape, built once)."""
+    values: dict[str, Any] = {
+        "last_seen_at": _p("p_seen", "last_seen_at"),
+        "expires_at": _p("p_exp", "expires_at"),
+        "ttl_seconds": _p("p_ttl_new", "ttl_seconds"),
+    }
+    for given, column in ((role, "role"), (repo, "repo"), (caps, "caps"), (status, "status")):
+        if given:
+            values[column] = _p(f"p_{column}", column)
+    if status:
+        # Right-hand sides see the row's old values: the status age restarts only when the text changes.
+        values["status_since"] = case(
+            (agents.c.status == _p("p_status_old", "status"), agents.c.status_since),
+            else_=_p("p_since", "status_since"),
+        )
+    stmt = update(agents).where(
+        agents.c.agent_id == bindparam("p_id"),
+        agents.c.token_hash == bindparam("p_hash"),
+        agents.c.expires_at > _p("p_now", "expires_at"),
+    )
+    if keep_ttl:
+        stmt = stmt.where(agents.c.ttl_seconds == bindparam("p_ttl_old"))
+    return stmt.values(values).returning(*agents.c)
+
+
 def _agent(row: Row[Any]) -> AgentRecord:
     m = row._mapping
     return AgentRecord(
@@ -151,8 +186,7 @@ class SqlMeshTx:
     async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
         # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
         # only costs the fallback): select, then update.
-        hints = self._store.ttl_hints
-        ttl = hints.get(token_hash)
+        ttl = self._store.ttl_hints.get(token_hash)
         if ttl is not None:
             params = {
                 "p_hash": token_hash,
@@ -171,9 +205,7 @@ class SqlMeshTx:
         agent = _agent(row)
         if not agent.live_at(now):
             return agent
-        if len(hints) >= MAX_HINTS:
-            hints.clear()
-        hints[token_hash] = agent.ttl_seconds
+        self._store.hint(token_hash, agent.ttl_seconds)
         expires_at = now + timedelta(seconds=agent.ttl_seconds)
         await self.touch(agent.agent_id, token_hash, now, expires_at)
         return replace(agent, last_seen_at=now, expires_at=expires_at)
@@ -181,6 +213,59 @@ class SqlMeshTx:
     async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
         params = {"p_id": agent_id, "p_hash": token_hash, "p_now": now, "p_seen": now, "p_exp": expires_at}
         return _rowcount(await self._conn.execute(_TOUCH, params)) == 1
+
+    async def renew_checkin(
+        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+    ) -> AgentRecord | None:
+        ttl = ttl_seconds
+        if ttl is None:
+            # Keeping the row's TTL: known from a hint, re-checked by the WHERE (a stale one costs the fallback).
+            ttl = self._store.ttl_hints.get(token_hash)
+            if ttl is not None:
+                renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
+                if renewed is not None:
+                    return renewed
+            current = await self.get_agent(agent_id, for_update=True)
+            if current is None or current.token_hash != token_hash or not current.live_at(now):
+                return None
+            ttl = current.ttl_seconds
+            self._store.hint(token_hash, ttl)
+            return await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
+        renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, None, changes)
+        if renewed is not None:
+            self._store.hint(token_hash, ttl)
+        return renewed
+
+    async def _renew_checkin(
+        self, agent_id: str, token_hash: str, now: datetime, ttl: int, keep: int | None, changes: AgentChanges
+    ) -> AgentRecord | None:
+        stmt = _renew_checkin(
+            changes.role is not None,
+            changes.repo is not None,
+            changes.caps is not None,
+            changes.status is not None,
+            keep is not None,
+        )
+        params: dict[str, Any] = {
+            "p_id": agent_id,
+            "p_hash": token_hash,
+            "p_now": now,
+            "p_seen": now,
+            "p_exp": now + timedelta(seconds=ttl),
+            "p_ttl_new": ttl,
+        }
+        if keep is not None:
+            params["p_ttl_old"] = keep
+        if changes.role is not None:
+            params["p_role"] = changes.role
+        if changes.repo is not None:
+            params["p_repo"] = changes.repo
+        if changes.caps is not None:
+            params["p_caps"] = list(changes.caps)
+        if changes.status is not None:
+            params.update(p_status=changes.status, p_status_old=changes.status, p_since=now)
+        row = (await self._conn.execute(stmt, params)).first()
+        return _agent(row) if row else None
 
     async def create_agent(self, record: AgentRecord) -> bool:
         stmt = insert_ignore(self._dialect, agents, _agent_values(record), conflict=["agent_id"])
@@ -341,6 +426,13 @@ class SqlMeshStore:
         # token hash → TTL seen for it: lets a renewal be one UPDATE … RETURNING (see SqlMeshTx.renew).
         self.ttl_hints: dict[str, int] = {}
         self.notify_in_transaction: Any = None
+        self._serial = anyio.Lock() if engine.dialect.name == "sqlite" else None
+        self.serial = self._serial is not None
+
+    def hint(self, token_hash: str, ttl_seconds: int) -> None:
+        if len(self.ttl_hints) >= MAX_HINTS:
+            self.ttl_hints.clear()
+        self.ttl_hints[token_hash] = ttl_seconds
 
     async def on_stored(self, conn: AsyncConnection, recipients: list[str]) -> None:
         if self.notify_in_transaction is not None and recipients:
@@ -348,7 +440,14 @@ class SqlMeshStore:
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
-        async with self.engine.begin() as conn:
+        if self._serial is None:
+            async with self.engine.begin() as conn:
+                yield SqlMeshTx(conn, self)
+            return
+        # SQLite has one writer at a time and every transaction here is BEGIN IMMEDIATE: connections racing for the
+        # lock would wait in SQLite's busy handler, which sleeps (1, 2, 5, 10 … ms) instead of waking when the lock
+        # frees. Queueing in-process hands the lock over at once; the busy handler still covers other writers.
+        async with self._serial, self.engine.begin() as conn:
             yield SqlMeshTx(conn, self)
 
 
