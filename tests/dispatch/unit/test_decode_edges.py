@@ -219,3 +219,62 @@ def test_codex_file_change_and_mcp_items() -> None:
     assert event.type == "file_change" and event.data == [{"path": "a", "kind": "add"}]
     start = '{"type":"item.started","item":{"id":"m","type":"mcp_tool_call","server":"s","tool":"t","arguments":{}}}'
     assert CODEX.events(start)[0].name == "s.t"
+
+
+def test_codex_app_server_lines() -> None:
+    def decode(message: dict[str, object]) -> list[AgentEvent]:
+        return CODEX.events(json.dumps(message))
+
+    assert decode({"id": 2, "result": {"thread": {"id": "t1"}}}) == [AgentEvent("conversation", id="t1")]
+    assert decode({"id": 3, "result": {"turn": {"id": "u1"}}}) == []
+    (failure,) = decode({"id": 2, "error": {"code": -32600, "message": "no rollout found"}})
+    assert failure.type == "failure" and failure.text == "no rollout found"
+    started = decode(
+        {"method": "item/started", "params": {"item": {"type": "commandExecution", "id": "c", "command": "ls"}}}
+    )
+    assert started == [AgentEvent("tool", id="c", name="shell", input={"command": "ls"})]
+    done = {"type": "commandExecution", "id": "c", "command": "ls", "aggregatedOutput": "a\n", "exitCode": 2}
+    (result,) = decode({"method": "item/completed", "params": {"item": done}})
+    assert result.type == "tool_result" and result.code == "error" and result.output == "a\n"
+    assert decode({"method": "item/agentMessage/delta", "params": {"itemId": "m", "delta": "O"}})[0].text == "O"
+    retry = decode({"method": "error", "params": {"error": {"message": "Reconnecting"}, "willRetry": True}})
+    assert [e.type for e in retry] == ["retry"]
+    failed_turn = {
+        "id": "u1",
+        "status": "failed",
+        "error": {"message": "You’ve hit your usage limit. try again at Jan 1st, 2030 12:00 AM."},
+    }
+    assert [e.type for e in decode({"method": "turn/completed", "params": {"turn": failed_turn}})] == [
+        "failure",
+        "quota",
+        "finished",
+    ]
+    assert decode({"method": "thread/status/changed", "params": {}}) == []
+    assert decode({"method": "brand/new", "params": {}})[0].type == "raw"
+
+
+def test_app_server_driver_sequence() -> None:
+    from pathlib import Path
+
+    from muster_dispatch import AgentInput, Continuation
+    from muster_dispatch.harnesses.codex_live import AppServerDriver
+
+    driver = AppServerDriver(AgentInput("p", Continuation("t1")), "gpt-5.5", Path("/w"))
+    (init,) = driver.opening()
+    assert json.loads(init)["method"] == "initialize"
+    assert driver.steer("early") == []  # before the thread: joins the first input
+    initialized, resume = driver.feed(json.dumps({"id": 1, "result": {}}))
+    assert json.loads(initialized) == {"method": "initialized"}
+    assert json.loads(resume)["method"] == "thread/resume" and json.loads(resume)["params"]["threadId"] == "t1"
+    (start,) = driver.feed(json.dumps({"id": 2, "result": {"thread": {"id": "t1"}}}))
+    assert [i["text"] for i in json.loads(start)["params"]["input"]] == ["p", "early"]
+    assert driver.steer("between") == []  # the turn id is not known yet
+    (steer,) = driver.feed(json.dumps({"method": "turn/started", "params": {"turn": {"id": "u1"}}}))
+    assert json.loads(steer)["params"] == {
+        "threadId": "t1",
+        "expectedTurnId": "u1",
+        "input": [{"type": "text", "text": "between"}],
+    }
+    assert json.loads(driver.steer("later")[0])["method"] == "turn/steer"
+    driver.feed(json.dumps({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "completed"}}}))
+    assert driver.done

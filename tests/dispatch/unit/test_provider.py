@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -239,3 +240,49 @@ async def test_an_unwritable_provider_root_is_a_provider_error(tmp_path: Path) -
     agent = cli_agent(_env_harness(tmp_path))
     result = await dispatch(agent, AgentInput("x"), workspace=tmp_path, provider=local_provider(blocker)).result()
     assert result.status == "failed" and result.error is not None and result.error.code == "provider"
+
+
+# Like the CLIs' shell tools: the child runs in its OWN session, out of reach of a process-group kill.
+SETSID_CLI = HANGING_CLI.replace(
+    'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])',
+    'child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)',
+)
+
+
+async def test_deadline_kills_a_tool_in_its_own_session(tmp_path: Path) -> None:
+    assert "start_new_session=True" in SETSID_CLI
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, SETSID_CLI)), variables={"PID_FILE": str(pid_file)})
+    result = await dispatch(agent, AgentInput("x"), workspace=tmp_path, deadline=1.0).result()
+    assert result.error is not None and result.error.code == "timeout"
+    pids = json.loads(pid_file.read_text())
+    assert _wait_dead(pids), "the tool in its own session survived the deadline"
+
+
+def test_descendants_follow_parent_links_and_the_marker() -> None:
+    import subprocess
+    import sys
+
+    from muster_dispatch.processes import RUN_VARIABLE, descendants
+
+    env = {**os.environ, RUN_VARIABLE: "m-123"}
+    script = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(descendants(parent.pid)) < 1:
+            time.sleep(0.05)
+        below = descendants(parent.pid)
+        assert len(below) == 1 and stranger.pid not in below
+        assert stranger.pid in descendants(parent.pid, "m-123")  # not a child, but it carries the run's marker
+        assert os.getpid() not in descendants(parent.pid, "m-123")
+    finally:
+        for proc in (parent, stranger):
+            proc.kill()
+            proc.wait()
+        for pid in descendants(parent.pid, "m-123"):
+            os.kill(pid, signal.SIGKILL)

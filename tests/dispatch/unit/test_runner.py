@@ -208,10 +208,69 @@ async def test_live_input_steering_appends_to_the_running_turn(tmp_path: Path) -
     assert result.usage.input == 20 and result.usage.models["fake-1"].input == 20  # summed over both results
 
 
-async def test_live_input_is_refused_by_codex(tmp_path: Path) -> None:
-    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, "pass")))
-    result = await dispatch(agent, AgentInput("x", live_input=True), workspace=tmp_path).result()
+async def test_live_input_is_refused_without_a_protocol(tmp_path: Path) -> None:
+    harness = replace(codex_harness(executable=make_cli(tmp_path, "pass")), live_input=False)
+    result = await dispatch(cli_agent(harness), AgentInput("x", live_input=True), workspace=tmp_path).result()
     assert result.error is not None and result.error.code == "configuration"
+
+
+# A Codex app-server speaking the JSON-RPC of the real one (as observed with codex 0.169.0): the turn answers once
+# its "model" got every user text; a steering text that arrives meanwhile joins the same turn.
+APP_SERVER_CLI = r"""
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+texts, thread, turn = [], "thread-live", "turn-1"
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if method == "initialize":
+        send({"id": ident, "result": {"userAgent": "fake"}})
+    elif method in ("thread/start", "thread/resume"):
+        thread = message["params"].get("threadId", thread)
+        send({"id": ident, "result": {"thread": {"id": thread}, "model": message["params"].get("model")}})
+        if method == "thread/start":
+            send({"method": "thread/started", "params": {"thread": {"id": thread}}})
+    elif method == "turn/start":
+        texts += [i["text"] for i in message["params"]["input"]]
+        send({"id": ident, "result": {"turn": {"id": turn, "status": "inProgress"}}})
+        send({"method": "turn/started", "params": {"threadId": thread, "turn": {"id": turn}}})
+        if "wait" not in texts:
+            answer = " + ".join(texts)
+            send({"method": "item/completed", "params": {"item": {"type": "agentMessage", "id": "m", "text": answer}}})
+            total = {"inputTokens": 10, "cachedInputTokens": 0, "outputTokens": 2}
+            send({"method": "thread/tokenUsage/updated", "params": {"tokenUsage": {"total": total}}})
+            send({"method": "turn/completed", "params": {"turn": {"id": turn, "status": "completed"}}})
+    elif method == "turn/steer":
+        assert message["params"]["expectedTurnId"] == turn
+        texts += [i["text"] for i in message["params"]["input"]]
+        send({"id": ident, "result": {"turnId": turn}})
+        answer = " + ".join(texts)
+        send({"method": "item/completed", "params": {"item": {"type": "agentMessage", "id": "m2", "text": answer}}})
+        total = {"inputTokens": 20, "cachedInputTokens": 5, "outputTokens": 4}
+        send({"method": "thread/tokenUsage/updated", "params": {"tokenUsage": {"total": total}}})
+        send({"method": "turn/completed", "params": {"turn": {"id": turn, "status": "completed"}}})
+"""
+
+
+async def test_codex_live_input_through_app_server(tmp_path: Path) -> None:
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, APP_SERVER_CLI)), model="gpt-5.5")
+    with anyio.fail_after(30):
+        plain = await dispatch(agent, AgentInput("hello", live_input=True), workspace=tmp_path).result()
+    assert plain.status == "completed" and plain.text == "hello" and plain.conversation == "thread-live"
+    assert plain.usage == Usage(input=10, output=2)
+
+    run = dispatch(agent, AgentInput("wait", live_input=True), workspace=tmp_path)
+    with anyio.fail_after(30):
+        steered = False
+        async for event in run:
+            if event.type == "conversation" and not steered:
+                steered = True
+                await run.steer("go on")
+        result = await run.result()
+    assert result.status == "completed" and result.text == "wait + go on"
+    assert result.usage == Usage(input=15, cached=5, output=4)  # the last running total, not a sum
 
 
 async def test_journal_records_every_event_between_input_and_result(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.inputs import AgentInput
@@ -56,6 +56,16 @@ class Bootstrap:
     binary: str
 
 
+class LiveDriver(Protocol):
+    done: bool
+
+    def opening(self) -> list[str]: ...
+
+    def feed(self, line: str) -> list[str]: ...
+
+    def steer(self, text: str) -> list[str]: ...
+
+
 RequestFn = Callable[[AgentInput, "str | None", str], Command]  # (input, model, executable) -> Command
 
 
@@ -78,7 +88,10 @@ class Harness:
     # file goes back when restoring into a new home for a workspace.
     session_globs: Callable[[str], list[str]]
     restore_path: Callable[[str, str, Path], str]
-    live_message: Callable[[str], str] | None = None
+    live_message: Callable[[str], str] | None = None  # stdin line of a steering message (Claude stream-json)
+    # A stateful live-input protocol (Codex app-server): (input, model, workspace) -> driver with opening(),
+    # feed(line) -> lines to write, steer(text) -> lines to write, and done.
+    live_driver: Callable[[AgentInput, str | None, Path], LiveDriver] | None = None
     # A native fork prepared from the session files, without running the CLI: (conversation id, {path relative to
     # the home: bytes}) -> (child id, files to write). None: fork goes through ``request`` (Claude --fork-session).
     fork: Callable[[str, Mapping[str, bytes]], tuple[str, dict[str, bytes]]] | None = None

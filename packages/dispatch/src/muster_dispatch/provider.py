@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 from collections.abc import Callable, Mapping
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import AgentConfiguration, Command
+from muster_dispatch.processes import RUN_VARIABLE, descendants, signal_all
 
 _BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL")
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
@@ -45,9 +47,10 @@ class Sandbox:
 class LocalProcess:
     """A running CLI: line streams, stdin, and a group kill."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, marker: str | None = None) -> None:
         self.process = process
         self.pid = process.pid
+        self.marker = marker
 
     @property
     def stdout(self) -> asyncio.StreamReader:
@@ -79,12 +82,25 @@ class LocalProcess:
             os.killpg(self.pid, sig)
 
     async def kill(self, grace: float = 1.0) -> None:
-        """SIGTERM the whole group, SIGKILL it after ``grace`` seconds; leaves no process of the group behind."""
+        """SIGTERM the CLI's group and every descendant (tools in their own sessions too), SIGKILL what is left
+        after ``grace`` seconds; leaves no process behind."""
+        tree = descendants(self.pid, self.marker)
         self.signal_group(signal.SIGTERM)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), grace)
+        signal_all(tree, signal.SIGTERM)
+        # Not process.wait(): on Python 3.11 it also waits for the pipes, which a surviving tool may hold.
+        exited = asyncio.Event()
+        unwatch = self.watch_exit(exited.set)
+        try:
+            await asyncio.wait_for(exited.wait(), grace)
+        except TimeoutError:
+            pass
+        finally:
+            unwatch()
+        tree |= descendants(self.pid, self.marker)  # forked meanwhile, or re-parented: found by the marker
         self.signal_group(signal.SIGKILL)
-        await self.process.wait()
+        signal_all(tree, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.process.wait()), 5.0)
 
     def watch_exit(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` once the CLI process itself exits, even while a child still holds its pipes (asyncio's
@@ -203,12 +219,13 @@ class LocalProvider:
         return env
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        marker = secrets.token_hex(8)
         try:
             process = await asyncio.create_subprocess_exec(
                 command.program,
                 *command.args,
                 cwd=sandbox.workspace,
-                env=dict(env),
+                env={**env, RUN_VARIABLE: marker},
                 stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -217,7 +234,7 @@ class LocalProvider:
             )
         except OSError as exc:
             raise DispatchError("process", f"cannot start {command.program}: {exc.strerror or exc}", cause=exc) from exc
-        handle = LocalProcess(process)
+        handle = LocalProcess(process, marker)
         if command.stdin is not None:
             # If the process died at once, its exit code and stderr tell why.
             with contextlib.suppress(DispatchError, ConnectionError):

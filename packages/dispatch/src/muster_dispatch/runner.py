@@ -88,7 +88,8 @@ class Dispatch:
         self._canceled = False
         self._steering: list[str] = []
         self._process: LocalProcess | None = None
-        self._live: Any = None  # the live-message encoder while a live-input process runs
+        # While a live-input process runs: steering text -> the stdin lines that deliver it.
+        self._live: Callable[[str], list[str]] | None = None
         self._live_sent = 0
         self._live_done = 0
         self._wakers: list[Callable[[], None]] = []  # wake a waiting _supervise on a stop request
@@ -133,8 +134,8 @@ class Dispatch:
         process = self._process
         if self._live is not None and process is not None:
             self._record("turn.steer", {"text": text})
-            self._live_sent += 1
-            await process.write(self._live(text))
+            for line in self._live(text):
+                await process.write(line)
             return
         if isinstance(running, CustomAgent):
             raise DispatchError("steering", f"custom agent {running.name} does not accept steering")
@@ -385,7 +386,7 @@ class Dispatch:
             if harness.cumulative_usage and leg.continuation is not None:
                 before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
             exit_code, stopped = await self._run_process(
-                agent, agent.request(leg, executable=str(executable)), sandbox, env, state
+                agent, leg, agent.request(leg, executable=str(executable)), sandbox, env, state
             )
             events += state.events
             if before is not None and state.usage is not None:
@@ -439,7 +440,13 @@ class Dispatch:
         )
 
     async def _run_process(
-        self, agent: CliAgent, command: Command, sandbox: Sandbox, env: dict[str, str], state: TurnState
+        self,
+        agent: CliAgent,
+        leg: AgentInput,
+        command: Command,
+        sandbox: Sandbox,
+        env: dict[str, str],
+        state: TurnState,
     ) -> tuple[int | None, StopReason | None]:
         provider = self._provider
         assert provider is not None
@@ -450,10 +457,26 @@ class Dispatch:
             state.observe(AgentEvent("failure", text=exc.message, code="process"))
             return None, None
         self._process = process
-        live = command.keep_stdin and harness.live_message is not None
-        if live:
-            self._live = harness.live_message
+        driver = (
+            harness.live_driver(leg, agent.model, sandbox.workspace)
+            if command.keep_stdin and harness.live_driver
+            else None
+        )
+        counted = command.keep_stdin and driver is None and harness.live_message is not None
+        if driver is not None:
+            self._live = driver.steer
+            for line in driver.opening():
+                await process.write(line)
+        elif counted:
+            message = harness.live_message
+            assert message is not None
             self._live_sent, self._live_done = 1, 0
+
+            def one_more(text: str) -> list[str]:
+                self._live_sent += 1
+                return [message(text)]
+
+            self._live = one_more
 
         async def read_stdout() -> None:
             decode = harness.events
@@ -462,15 +485,23 @@ class Dispatch:
                 raw = await readline()
                 if not raw:
                     return
-                for event in decode(raw.decode("utf-8", "replace").rstrip("\r\n")):
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                for event in decode(text):
                     state.observe(event)
                     self._emit(event, agent, "harness")
-                    if live and event.type == "finished":
+                    if counted and event.type == "finished":
                         self._live_done += 1
                         if self._live_done >= self._live_sent:
                             # Every message sent has its result: closing stdin lets the CLI end the turn.
                             self._live = None
                             process.close_stdin()
+                if driver is not None and self._live is not None:
+                    with contextlib.suppress(DispatchError, ConnectionError):
+                        for line in driver.feed(text):
+                            await process.write(line)
+                    if driver.done:
+                        self._live = None
+                        process.close_stdin()  # the protocol is over: the CLI exits
 
         async def read_stderr() -> None:
             while True:

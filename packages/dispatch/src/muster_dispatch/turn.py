@@ -65,7 +65,10 @@ class TurnState:
         if kind == "text":
             self.text = event.text
         elif kind == "usage" and event.usage is not None:
-            self.usage = event.usage if self.usage is None else self.usage + event.usage
+            if self.usage is None or event.code == "total":  # "total": a running total, the last one counts
+                self.usage = event.usage
+            else:
+                self.usage = self.usage + event.usage
         elif kind == "result":
             if event.text is not None:
                 self.result_text = event.text

@@ -26,6 +26,7 @@ from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.faults import parse_reset
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import NOT_JSON, parse
 from muster_dispatch.usage import Usage, counter
@@ -39,6 +40,9 @@ ENVIRONMENT = {"NO_COLOR": "1"}
 
 
 def request(input: AgentInput, model: str | None, program: str) -> Command:
+    if input.live_input:
+        # The app-server driver sends the model, prompt and thread over stdin (see codex_live).
+        return Command(program, ("app-server",), stdin="", keep_stdin=True)
     # A fork arrives here already prepared by ``fork`` (a resume of the child thread).
     args: list[str] = ["exec", "--json", "--skip-git-repo-check"]
     if model:
@@ -58,7 +62,11 @@ def events(line: str) -> list[AgentEvent]:
         return [AgentEvent("raw", data=obj)]
     try:
         handler = _HANDLERS.get(obj.get("type"))
-        return handler(obj) if handler is not None else [AgentEvent("raw", data=obj)]
+        if handler is not None:
+            return handler(obj)
+        if "type" not in obj and ("method" in obj or "id" in obj):
+            return decode_app_server(obj)  # live input: `codex app-server` JSON-RPC lines
+        return [AgentEvent("raw", data=obj)]
     except Exception:  # a known type with an unexpected shape is still only a raw line
         return [AgentEvent("raw", data=obj)]
 
@@ -361,7 +369,8 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         resumable=True,
         forkable=True,
         fork=fork,
-        live_input=False,
+        live_input=True,
+        live_driver=app_server_driver,
         cumulative_usage=True,
         session_globs=session_globs,
         restore_path=restore_path,
