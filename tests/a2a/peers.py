@@ -154,25 +154,83 @@ async def serve_asgi(app: Any, sock: socket.socket | None = None) -> AsyncIterat
         sock.close()
 
 
+@dataclass(frozen=True)
+class RpcSeen:
+    """One JSON-RPC request the peer received: its method, the task id it names (if any) and its headers."""
+
+    method: str
+    task_id: str | None
+    headers: dict[str, str]
+
+
 @dataclass
 class Peer:
-    """A running scripted agent: its base URL, card URL, executor and the headers its endpoint received."""
+    """A running scripted agent: its base URL, card URL, executor and the requests its endpoint received."""
 
     base: str
     executor: ScriptedExecutor
     card: AgentCard
     seen_headers: list[dict[str, str]] = field(default_factory=list)
+    rpc: list[RpcSeen] = field(default_factory=list)
 
     @property
     def card_url(self) -> str:
         return f"{self.base}/.well-known/agent-card.json"
 
+    def get_tasks(self, task_id: str, **headers: str) -> int:
+        """How many GetTask requests for ``task_id`` arrived (with these header values, if given)."""
+        return sum(
+            1
+            for seen in self.rpc
+            if seen.method in ("GetTask", "tasks/get")
+            and seen.task_id == task_id
+            and all(seen.headers.get(k.replace("_", "-")) == v for k, v in headers.items())
+        )
 
-def _recording(app: Any, seen: list[dict[str, str]]) -> Any:
+
+def _rpc_seen(body: bytes, headers: dict[str, str]) -> RpcSeen | None:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("method"), str):
+        return None
+    params = document.get("params")
+    task_id = params.get("id") if isinstance(params, dict) else None
+    return RpcSeen(document["method"], task_id if isinstance(task_id, str) else None, headers)
+
+
+def _recording(app: Any, peer: Peer) -> Any:
     async def wrapper(scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            seen.append({k.decode().lower(): v.decode() for k, v in scope["headers"]})
-        await app(scope, receive, send)
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        peer.seen_headers.append(headers)
+        if scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        # Read the body to record the JSON-RPC method, then hand the same body to the app.
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        seen = _rpc_seen(body, headers)
+        if seen is not None:
+            peer.rpc.append(seen)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
 
     return wrapper
 
@@ -218,7 +276,7 @@ async def a2a_peer(
     else:
         routes.extend(create_jsonrpc_routes(handler, "/rpc", enable_v0_3_compat=kind == "v03"))
     peer = Peer(base=base, executor=executor, card=card)
-    app = _recording(Starlette(routes=routes), peer.seen_headers)
+    app = _recording(Starlette(routes=routes), peer)
     async with serve_asgi(app, sock):
         yield peer
 

@@ -2,12 +2,13 @@
 
 from muster_a2a.agent import Progress, RemoteAgent, Tool, agent_tools, make_http_client, remote_agent
 from muster_a2a.agentset import AgentSet, load_agents
-from muster_a2a.calls import CallStore, CallTracker, InMemoryCallStore
+from muster_a2a.calls import DEFAULT_LEASE, CallStore, CallTracker, InMemoryCallStore
 from muster_a2a.cards import DEFAULT_CARD_CACHE, CardCache
 from muster_a2a.config import ParsedAgents, parse_agents_config
 from muster_a2a.errors import (
     AgentConfigError,
     AgentResolutionError,
+    CallTakenOverError,
     CardHTTPError,
     CardUnreachableError,
     InsecureURLError,
@@ -22,6 +23,7 @@ from muster_a2a.output import INTERRUPTED, TERMINAL, state_name, task_output
 
 __all__ = [
     "DEFAULT_CARD_CACHE",
+    "DEFAULT_LEASE",
     "INPUT_SCHEMA",
     "INTERRUPTED",
     "TERMINAL",
@@ -32,6 +34,7 @@ __all__ = [
     "AgentStatus",
     "CallRecord",
     "CallStore",
+    "CallTakenOverError",
     "CallTracker",
     "CardCache",
     "CardHTTPError",

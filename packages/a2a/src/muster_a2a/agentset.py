@@ -76,8 +76,13 @@ class AgentSet:
     def agent(self, name: str) -> RemoteAgent | None:
         return next((a for a in self.agents if a.name == name), None)
 
+    @property
+    def closed(self) -> bool:
+        """Its HTTP client is closed (a set that owns none is never closed)."""
+        return self._http is not None and self._http.is_closed
+
     async def aclose(self) -> None:
-        if self._http is not None:
+        if self._http is not None and not self._http.is_closed:
             await self._http.aclose()
 
     async def __aenter__(self) -> AgentSet:

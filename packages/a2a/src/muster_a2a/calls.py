@@ -26,7 +26,8 @@ DEFAULT_LEASE = timedelta(seconds=30)
 class CallStore(Protocol):
     async def save(self, record: CallRecord) -> None:
         """Insert the record with this id (with its ``owner`` and lease), or replace it: every field except
-        ``owner`` and ``lease_expires_at``, which only ``claim``, ``renew`` and ``release`` change."""
+        ``owner`` and ``lease_expires_at``, which only ``claim``, ``renew`` and ``release`` change — but a record
+        saved with its result is finished, held by nobody: the same write clears both."""
         ...
 
     async def get(self, call_id: str) -> CallRecord | None: ...
@@ -60,6 +61,8 @@ class InMemoryCallStore:
         copy = record.model_copy(deep=True)
         if stored is not None:
             copy.owner, copy.lease_expires_at = stored.owner, stored.lease_expires_at
+        if copy.result is not None:
+            copy.owner = copy.lease_expires_at = None
         self._records[record.id] = copy
 
     async def get(self, call_id: str) -> CallRecord | None:
@@ -165,9 +168,8 @@ class CallTracker:
         record.polls = int(meta.get("polls") or record.polls)
         record.result = result
         record.updated_at = self.now()
-        await self.store.save(record)
-        await self.store.release(self.owner, [record.id])
         record.owner = record.lease_expires_at = None
+        await self.store.save(record)  # with its result: released in the same write
         return record
 
     async def run(self, record: CallRecord, tool: Tool) -> CallRecord:

@@ -13,7 +13,8 @@ MusterA2AError
 │   ├── NoUsableInterfaceError    no JSON-RPC / HTTP+JSON interface we may use
 │   └── InsecureURLError          plain http to a non-loopback host without ``allow_http``
 ├── UnknownToolError          no tool of that name is loaded
-└── UnknownCallError          no stored call with that id
+├── UnknownCallError          no stored call with that id
+└── CallTakenOverError        another instance took over the call this one was following (its lease had lapsed)
 """
 
 from __future__ import annotations
@@ -69,3 +70,15 @@ class UnknownCallError(MusterA2AError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no A2A call with id {call_id!r}")
         self.call_id = call_id
+
+
+class CallTakenOverError(MusterA2AError):
+    """This instance lost its hold on a call (its lease lapsed and another instance claimed it)."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(
+            f"A2A call {call_id!r} is now followed by another instance (this one's lease lapsed); "
+            f"its result will be stored: GET /a2a/calls/{call_id}"
+        )
+        self.call_id = call_id
+        self.problem_extra = {"call_id": call_id}

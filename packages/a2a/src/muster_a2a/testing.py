@@ -76,6 +76,11 @@ async def check_save_keeps_the_lease(store: CallStore) -> None:
     loaded = await store.get("c6")
     assert loaded is not None and loaded.state == "working"
     assert (loaded.owner, loaded.lease_expires_at) == ("me", lease), "a replace leaves the lease to claim/renew"
+    record.result = ToolResult(text="over")
+    await store.save(record)
+    finished = await store.get("c6")
+    assert finished is not None and finished.result == record.result
+    assert (finished.owner, finished.lease_expires_at) == (None, None), "a finished call is held by nobody"
 
 
 async def check_claims(store: CallStore) -> None:

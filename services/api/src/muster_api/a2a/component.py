@@ -1,24 +1,41 @@
 """Start-up and shut-down of the a2a capability inside the service.
 
 At start-up the config file's ``agents`` block is loaded (a broken file refuses to start), every agent is resolved
-(a failing agent is reported, never fatal), and calls still in flight from a previous run are resumed by GetTask.
-Calls run in this component's task group, not in the request's task: a client that disconnects does not cancel the
-remote work, and a shutdown leaves the call in flight (stored) for the next start to resume.
+(a failing agent is reported, never fatal), and calls still in flight that nobody holds are claimed and resumed by
+GetTask. Calls run in this component's task group, not in the request's task: a client that disconnects does not
+cancel the remote work, and a shutdown leaves the call in flight (stored, released) for the next start to resume.
+
+Several instances on one database: each call is held by the instance following it (owner + lease, renewed every
+``renew_every`` seconds); every ``scan_every`` seconds an instance claims the calls whose holder is gone (lease
+lapsed) and follows them. An instance that finds its lease renewed by nobody — taken over — stops following.
+
+Reload: a superseded agent set is closed as soon as no call runs on it any more (calls hold the set they run on).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 from fastapi import FastAPI
 
-from muster_a2a import AgentConfigError, AgentSet, CallRecord, CallTracker, Tool, load_agents
+from muster_a2a import (
+    DEFAULT_LEASE,
+    AgentConfigError,
+    AgentSet,
+    CallRecord,
+    CallTakenOverError,
+    CallTracker,
+    load_agents,
+)
 from muster_api.a2a.config import load_agents_block
 from muster_api.a2a.store import SqlCallStore
 from muster_api.errors import ConfigurationError, NotReadyError
@@ -26,23 +43,48 @@ from muster_api.runtime import Runtime
 
 log = logging.getLogger("muster.a2a")
 
-T = TypeVar("T")
+LEASE = DEFAULT_LEASE
+# Real seconds (sleeps), while lease expiries come from the injected clock: a third of the lease, so that one
+# missed renewal (a slow database) does not lose a call.
+RENEW_EVERY = LEASE.total_seconds() / 3
+SCAN_EVERY = LEASE.total_seconds() / 3
+
+Job = Callable[[], Awaitable[CallRecord]]
 
 
 class A2AState:
     """What ``app.state.a2a`` holds: the current agents, the call tracker, the task group calls run in."""
 
-    def __init__(self, runtime: Runtime, config: Path) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        config: Path,
+        *,
+        lease: timedelta | None = None,
+        renew_every: float | None = None,
+        scan_every: float | None = None,
+    ) -> None:
         self.runtime = runtime
         self.config = config
+        self.owner = uuid.uuid4().hex
         self.store = SqlCallStore(runtime.engine)
-        self.tracker = CallTracker(self.store, runtime.now)
+        self.tracker = CallTracker(self.store, runtime.now, owner=self.owner, lease=lease or LEASE)
+        self.renew_every = renew_every or RENEW_EVERY
+        self.scan_every = scan_every or SCAN_EVERY
         self.agents = AgentSet([])
         self.group: TaskGroup | None = None
-        self._retired: list[AgentSet] = []
+        # Superseded agent sets that calls still run on; each is closed when its last call ends.
+        self.retired: list[AgentSet] = []
+        self._users: dict[AgentSet, int] = {}
         self._reload_lock = anyio.Lock()
-        # Calls this process is following (running or resuming), so that a reload does not follow them twice.
-        self._following: set[str] = set()
+        # The calls this instance follows (it holds their lease), with the scope that stops one if taken over.
+        self._following: dict[str, anyio.CancelScope] = {}
+
+    @property
+    def following(self) -> set[str]:
+        return set(self._following)
+
+    # -- agent sets -------------------------------------------------------------------------------------------------
 
     async def reload(self) -> AgentSet:
         """Load the config file again; the previous agents stay usable for calls already running on them."""
@@ -50,8 +92,8 @@ class A2AState:
             descriptors = await load_agents_block(self.config)
             agents = await load_agents(descriptors)
             agents.skipped.update(descriptors.skipped)
-            self._retired.append(self.agents)
-            self.agents = agents
+            previous, self.agents = self.agents, agents
+            await self._retire(previous)
             for name, status in agents.status.items():
                 if status.status == "error":
                     log.warning("A2A agent %s unavailable: %s", name, status.error)
@@ -68,81 +110,158 @@ class A2AState:
             await self.resume_in_flight()
         return agents
 
-    async def _in_group(self, job: Callable[[], Awaitable[T]]) -> T:
-        """Run ``job`` in the component's task group and wait for it (shielded from the caller's cancellation)."""
-        done = anyio.Event()
-        box: dict[str, Any] = {}
+    def _hold(self) -> AgentSet:
+        """The current agent set, held until ``_let_go``: a reload does not close it under a running call.
+        Synchronous, so that no reload slips between looking the set up and holding it."""
+        agents = self.agents
+        self._users[agents] = self._users.get(agents, 0) + 1
+        return agents
 
-        async def runner() -> None:
-            try:
-                box["value"] = await job()
-            except Exception as exc:
-                box["error"] = exc
-            finally:
-                done.set()
+    async def _let_go(self, agents: AgentSet) -> None:
+        left = self._users[agents] - 1
+        if left:
+            self._users[agents] = left
+            return
+        del self._users[agents]
+        if agents in self.retired:
+            self.retired.remove(agents)
+            with anyio.CancelScope(shield=True):
+                await agents.aclose()
 
-        self._tasks().start_soon(runner)
-        await done.wait()
-        if "error" in box:
-            raise box["error"]
-        if "value" not in box:
-            # The component was cancelled (shutdown) while the job ran: the stored call stays in flight.
-            raise NotReadyError("the service is shutting down; the call stays stored and resumes at the next start")
-        value: T = box["value"]
-        return value
+    async def _retire(self, agents: AgentSet) -> None:
+        if agents in self._users:
+            self.retired.append(agents)
+        else:
+            await agents.aclose()
+
+    # -- following calls --------------------------------------------------------------------------------------------
 
     def _tasks(self) -> TaskGroup:
         if self.group is None:
             raise RuntimeError("the a2a component is not running")
         return self.group
 
-    async def _run(self, record: CallRecord, tool: Tool) -> CallRecord:
-        self._following.add(record.id)
+    def _spawn(self, call_id: str, agents: AgentSet, job: Job) -> tuple[anyio.Event, dict[str, Any]]:
+        """Follow a call this instance holds, in the task group; the box gets its outcome once the event is set.
+        The agent set (held by the caller) is let go when the call ends."""
+        scope = anyio.CancelScope()
+        self._following[call_id] = scope
+        done = anyio.Event()
+        box: dict[str, Any] = {}
+
+        async def runner() -> None:
+            try:
+                with scope:
+                    box["value"] = await job()
+                if scope.cancelled_caught:
+                    box["error"] = CallTakenOverError(call_id)
+                    log.warning("A2A call %s taken over by another instance; no longer followed here", call_id)
+            except Exception as exc:
+                log.exception("A2A call %s failed", call_id)
+                box["error"] = exc
+            finally:
+                self._following.pop(call_id, None)
+                done.set()
+                await self._let_go(agents)
+
         try:
-            return await self.tracker.run(record, tool)
-        finally:
-            self._following.discard(record.id)
+            self._tasks().start_soon(runner)
+        except BaseException:
+            self._following.pop(call_id, None)
+            raise
+        return done, box
 
-    async def call(self, tool: Tool, task: str) -> CallRecord:
-        record = await self.tracker.begin(tool, task)
-        return await self._in_group(lambda: self._run(record, tool))
+    async def call(self, tool_name: str, task: str) -> CallRecord:
+        """Record the call, follow it and wait for its result (the following survives the caller's cancellation)."""
+        agents = self._hold()
+        try:
+            tool = agents.tool(tool_name)
+            record = await self.tracker.begin(tool, task)
+            done, box = self._spawn(record.id, agents, lambda: self.tracker.run(record, tool))
+        except BaseException:
+            await self._let_go(agents)
+            raise
+        await done.wait()
+        if "error" in box:
+            raise box["error"]
+        if "value" not in box:
+            # The component was cancelled (shutdown) while the call ran: the stored call stays in flight.
+            raise NotReadyError("the service is shutting down; the call stays stored and resumes at the next start")
+        value: CallRecord = box["value"]
+        return value
 
-    async def start(self, tool: Tool, task: str) -> CallRecord:
+    async def start(self, tool_name: str, task: str) -> CallRecord:
         """Record the call and follow it in the background; returns at once."""
-        record = await self.tracker.begin(tool, task)
-        self._following.add(record.id)
-        self._tasks().start_soon(self._background, record.model_copy(deep=True), tool)
+        agents = self._hold()
+        try:
+            tool = agents.tool(tool_name)
+            record = await self.tracker.begin(tool, task)
+            running = record.model_copy(deep=True)
+            self._spawn(record.id, agents, lambda: self.tracker.run(running, tool))
+        except BaseException:
+            await self._let_go(agents)
+            raise
         return record
 
-    async def _background(self, record: CallRecord, tool: Tool) -> None:
-        try:
-            await self._run(record, tool)
-        except Exception:
-            log.exception("A2A call %s failed in the background", record.id)
-
-    async def _resume(self, record: CallRecord) -> None:
-        try:
-            done = await self.tracker.resume(record, self.agents.agent(record.agent))
-            if done.in_flight:
-                log.warning("A2A call %s left in flight: agent %s is unavailable", record.id, record.agent)
-            else:
-                log.info("A2A call %s resumed: %s", record.id, done.state)
-        except Exception:
-            log.exception("A2A call %s could not be resumed", record.id)
-        finally:
-            self._following.discard(record.id)
+    async def _resume(self, record: CallRecord, agents: AgentSet) -> CallRecord:
+        done = await self.tracker.resume(record, agents.agent(record.agent))
+        if done.in_flight:
+            log.warning("A2A call %s left in flight: agent %s is unavailable", record.id, record.agent)
+        else:
+            log.info("A2A call %s resumed: %s", record.id, done.state)
+        return done
 
     async def resume_in_flight(self) -> int:
-        """Follow every stored call still in flight that this process is not following already."""
-        records = [r for r in await self.store.in_flight() if r.id not in self._following]
+        """Claim the stored calls in flight that nobody holds (lease lapsed, or released) and follow them."""
+        records = await self.tracker.claim()
+        started = 0
         for record in records:
-            self._following.add(record.id)
-            self._tasks().start_soon(self._resume, record)
-        return len(records)
+            if record.id in self._following:
+                continue  # ours already: our lease had lapsed, and the claim renewed it
+            agents = self._hold()
+            try:
+                self._spawn(record.id, agents, functools.partial(self._resume, record, agents))
+            except BaseException:
+                await self._let_go(agents)
+                raise
+            started += 1
+        return started
+
+    async def renew(self) -> None:
+        """Extend the lease of every call followed here; stop following those another instance took over."""
+        held = list(self._following)
+        kept = await self.tracker.renew(held)
+        for call_id in held:
+            if call_id in kept or call_id not in self._following:
+                continue
+            record = await self.store.get(call_id)
+            # Finished (and released) between the two looks: nothing to stop.
+            if record is not None and record.in_flight and record.owner != self.owner:
+                scope = self._following.get(call_id)
+                if scope is not None:
+                    scope.cancel()
+
+    async def _every(self, seconds: float, step: Callable[[], Awaitable[object]], what: str) -> None:
+        while True:
+            await anyio.sleep(seconds)
+            try:
+                await step()
+            except Exception:
+                log.exception("A2A %s failed; retrying in %.0f s", what, seconds)
+
+    async def hand_over(self) -> None:
+        """At shutdown: release the calls still held, so that another instance (or the next start) resumes them at
+        once instead of waiting for the lease to lapse."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.tracker.release()
+            except Exception:
+                log.exception("A2A calls not released at shutdown; they resume once their lease lapses")
 
     async def aclose(self) -> None:
-        for agents in [*self._retired, self.agents]:
+        for agents in [*self.retired, self.agents]:
             await agents.aclose()
+        self.retired.clear()
 
 
 @asynccontextmanager
@@ -154,15 +273,21 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
             await state.reload()
         except AgentConfigError as exc:
             raise ConfigurationError(str(exc)) from None
-        async with anyio.create_task_group() as group:
-            state.group = group
-            resumed = await state.resume_in_flight()
-            if resumed:
-                log.info("resuming %d A2A call(s) left in flight", resumed)
-            app.state.a2a = state
-            try:
-                yield
-            finally:
-                group.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as group:
+                state.group = group
+                resumed = await state.resume_in_flight()
+                if resumed:
+                    log.info("resuming %d A2A call(s) left in flight", resumed)
+                group.start_soon(state._every, state.renew_every, state.renew, "lease renewal")
+                group.start_soon(state._every, state.scan_every, state.resume_in_flight, "scan for calls to take over")
+                app.state.a2a = state
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            state.group = None
+            await state.hand_over()
     finally:
         await state.aclose()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from muster_a2a import AgentConfigError, MusterA2AError, UnknownCallError, UnknownToolError
+from muster_a2a import AgentConfigError, CallTakenOverError, MusterA2AError, UnknownCallError, UnknownToolError
 
 STATUS: dict[type[Exception], int] = {
     UnknownToolError: 404,
     UnknownCallError: 404,
     # A reload with a broken config file: the detail names the problem (a 5xx would hide it).
     AgentConfigError: 422,
+    # Not an error of the call: another instance follows it now (the body names the call to look up).
+    CallTakenOverError: 409,
     MusterA2AError: 500,
 }

@@ -64,11 +64,10 @@ async def reload_agents(request: Request) -> AgentsOut:
 @router.post("/tools/{tool_name}/call", response_model=None)
 async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut | JSONResponse:
     state = _state(request)
-    tool = state.agents.tool(tool_name)
     if not body.wait:
-        record = await state.start(tool, body.task)
+        record = await state.start(tool_name, body.task)
         return JSONResponse(record.model_dump(mode="json"), status_code=202)
-    record = await state.call(tool, body.task)
+    record = await state.call(tool_name, body.task)
     assert record.result is not None
     return CallOut(call_id=record.id, **record.result.model_dump())
 

@@ -34,7 +34,12 @@ class SqlCallStore:
         values: dict[str, Any] = record.model_dump(exclude={"result"})
         values["done"] = record.result is not None
         values["result"] = record.result.model_dump(mode="json") if record.result is not None else None
-        stmt = upsert(self.engine.dialect.name, calls, values, conflict=["id"], update=_REPLACED)
+        replaced = _REPLACED
+        if record.result is not None:
+            # Finished: held by nobody, in the same write (a reader never sees a result with a live lease).
+            values["owner"] = values["lease_expires_at"] = None
+            replaced = [*_REPLACED, "owner", "lease_expires_at"]
+        stmt = upsert(self.engine.dialect.name, calls, values, conflict=["id"], update=replaced)
         async with self.engine.begin() as conn:
             await conn.execute(stmt)
 

@@ -1,0 +1,218 @@
+"""Several service instances on one database: a call in flight is followed by exactly one of them (the holder of its
+lease), taken over when that holder dies, and a reload closes the agent sets nothing runs on any more.
+
+Instances are told apart at the remote agent by an ``X-Instance`` header (each has its own config file), and the
+scripted a2a-sdk server counts the GetTask requests it receives per task and per instance. Lease expiries come from
+a clock the test moves; the renewal and scan periods (real seconds) are shortened so that the loops run meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from muster_api.a2a import component
+from muster_api.a2a.component import A2AState
+from muster_api.app import create_app
+from muster_api.db.engine import create_engine
+from muster_api.runtime import Runtime
+from muster_api.settings import Settings
+from tests.a2a.peers import Peer, a2a_peer
+from tests.a2a.test_service import wait_for, write_config
+from tests.support.app import running
+
+pytestmark = pytest.mark.anyio
+
+LEASE = component.LEASE
+
+
+class Clock:
+    """The injected clock: real time at the start, then moved only by the test."""
+
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+    def advance(self, delta: timedelta) -> None:
+        self.at += delta
+
+
+@asynccontextmanager
+async def instance(
+    db_url: str, tmp_path: Path, name: str, peer: Peer, clock: Clock
+) -> AsyncIterator[tuple[httpx.AsyncClient, A2AState]]:
+    """One service instance on ``db_url``; its requests to the agent carry ``X-Instance: <name>``."""
+    config = write_config(
+        tmp_path / f"{name}.toml",
+        {"shared": {"card": peer.base, "pollEvery": 20, "headers": {"X-Instance": name}}},
+    )
+    settings = Settings(database_url=db_url, config=config)
+    app = create_app(runtime=Runtime(settings=settings, engine=create_engine(settings.database_url), now=clock))
+    async with running(app) as client:
+        yield client, app.state.a2a
+
+
+async def until(condition: Callable[[], Awaitable[bool] | bool], seconds: float = 20.0) -> None:
+    with anyio.fail_after(seconds):
+        while True:
+            outcome = condition()
+            if outcome if isinstance(outcome, bool) else await outcome:
+                return
+            await anyio.sleep(0.02)
+
+
+def crash(state: A2AState) -> None:
+    """A process that dies runs no shutdown: it does not hand its calls over, their leases have to lapse."""
+
+    async def nothing() -> None:
+        return None
+
+    state.hand_over = nothing  # type: ignore[method-assign]
+
+
+@pytest.fixture
+def quick_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(component, "RENEW_EVERY", 0.05)
+    monkeypatch.setattr(component, "SCAN_EVERY", 0.05)
+
+
+@pytest.fixture
+def no_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Renewals and scans only when the test asks for them (deterministic races)."""
+    monkeypatch.setattr(component, "RENEW_EVERY", 3600.0)
+    monkeypatch.setattr(component, "SCAN_EVERY", 3600.0)
+
+
+@pytest.mark.usefixtures("quick_loops")
+async def test_one_instance_follows_and_another_takes_over_when_it_dies(db_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    async with a2a_peer("Shared") as peer:
+        async with instance(db_url, tmp_path, "b", peer, clock) as (b_client, b):
+            async with instance(db_url, tmp_path, "a", peer, clock) as (a_client, a):
+                started = await a_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 2", "wait": False})
+                call_id = started.json()["id"]
+                handle = await wait_for(a_client, call_id, until="handle")
+                task_id = handle["task_id"]
+                assert handle["owner"] == a.owner
+                # Both instances renew and scan every 50 ms meanwhile; only the holder polls.
+                await until(lambda: peer.get_tasks(task_id, x_instance="a") >= 5)
+                assert await b.resume_in_flight() == 0, "a call held by a live instance is not claimed"
+                assert peer.get_tasks(task_id, x_instance="b") == 0
+                assert call_id in a.following and call_id not in b.following
+                crash(a)
+            by_a = peer.get_tasks(task_id, x_instance="a")
+            stored = (await b_client.get(f"/a2a/calls/{call_id}")).json()
+            assert stored["result"] is None and stored["owner"] == a.owner, "the dead holder's lease still runs"
+            await anyio.sleep(0.2)  # several scans of b: the lease has not lapsed on the clock
+            assert peer.get_tasks(task_id, x_instance="b") == 0 and call_id not in b.following
+
+            clock.advance(LEASE + timedelta(seconds=1))
+            done = await wait_for(b_client, call_id, until="done")
+        assert (done["state"], done["result"]["text"], done["result"]["is_error"]) == ("completed", "done", False)
+        assert done["task_id"] == task_id and (done["owner"], done["lease_expires_at"]) == (None, None)
+        assert peer.get_tasks(task_id, x_instance="b") >= 1, "b took the call over by GetTask"
+        assert peer.get_tasks(task_id, x_instance="a") == by_a, "a stopped polling when it stopped"
+        assert peer.executor.started.count(task_id) == 1, "resumed, never sent again"
+
+
+@pytest.mark.usefixtures("no_loops")
+async def test_exactly_one_of_two_racing_instances_claims_a_lapsed_call(db_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    async with a2a_peer("Shared") as peer:
+        async with instance(db_url, tmp_path, "x", peer, clock) as (x_client, x):
+            started = await x_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 1.5", "wait": False})
+            call_id = started.json()["id"]
+            task_id = (await wait_for(x_client, call_id, until="handle"))["task_id"]
+            crash(x)
+        async with (
+            instance(db_url, tmp_path, "a", peer, clock) as (a_client, a),
+            instance(db_url, tmp_path, "b", peer, clock) as (_, b),
+        ):
+            assert (a.following, b.following) == (set(), set()), "start-up leaves a live lease alone"
+            clock.advance(LEASE + timedelta(seconds=1))
+            claimed: dict[str, int] = {}
+
+            async def scan(name: str, state: A2AState) -> None:
+                claimed[name] = await state.resume_in_flight()
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(scan, "a", a)
+                group.start_soon(scan, "b", b)
+            assert sorted(claimed.values()) == [0, 1], f"claimed by both or neither: {claimed}"
+            winner = "a" if claimed["a"] else "b"
+            done = await wait_for(a_client, call_id, until="done")
+            assert done["result"]["text"] == "done"
+            loser = "b" if winner == "a" else "a"
+            assert peer.get_tasks(task_id, x_instance=winner) >= 1
+            assert peer.get_tasks(task_id, x_instance=loser) == 0, "only the claimer follows the call"
+
+
+@pytest.mark.usefixtures("no_loops")
+async def test_a_holder_whose_call_was_taken_over_stops_following(db_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    async with (
+        a2a_peer("Shared") as peer,
+        instance(db_url, tmp_path, "a", peer, clock) as (a_client, a),
+        instance(db_url, tmp_path, "b", peer, clock) as (b_client, b),
+    ):
+        answers: list[httpx.Response] = []
+
+        async def wait_on_a() -> None:
+            answers.append(await a_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 1.5"}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_on_a)
+            await until(lambda: len(a.following) == 1)
+            [call_id] = a.following
+            handle = await wait_for(a_client, call_id, until="handle")
+            # a stalls (no renewal) past its lease: b takes the call over.
+            clock.advance(LEASE + timedelta(seconds=1))
+            assert await b.resume_in_flight() == 1
+            await a.renew()  # a learns it lost the call
+            await until(lambda: call_id not in a.following)
+            by_a = peer.get_tasks(handle["task_id"], x_instance="a")
+        [answer] = answers
+        assert answer.status_code == 409, answer.text
+        assert answer.json()["call_id"] == call_id and "another instance" in answer.json()["detail"]
+        done = await wait_for(b_client, call_id, until="done")
+        assert done["result"]["text"] == "done" and done["owner"] is None
+        assert peer.get_tasks(handle["task_id"], x_instance="a") == by_a
+        assert peer.get_tasks(handle["task_id"], x_instance="b") >= 1
+
+
+async def test_reload_closes_a_superseded_agent_set_once_its_calls_end(db_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    async with a2a_peer("Shared") as peer, instance(db_url, tmp_path, "a", peer, clock) as (client, state):
+        # Nothing runs: each reload closes the set it replaces at once, none is kept.
+        for _ in range(3):
+            previous = state.agents
+            assert (await client.post("/a2a/reload")).status_code == 200
+            assert previous.closed and state.agents is not previous and state.retired == []
+
+        running_on = state.agents
+        started = await client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 0.5", "wait": False})
+        call_id = started.json()["id"]
+        await wait_for(client, call_id, until="handle")
+        assert (await client.post("/a2a/reload")).status_code == 200
+        assert state.retired == [running_on] and not running_on.closed, "a call still runs on the old set"
+        spare = state.agents
+        assert (await client.post("/a2a/reload")).status_code == 200
+        assert spare.closed and state.retired == [running_on], "the set in between had no call: closed at once"
+
+        done = await wait_for(client, call_id, until="done")
+        assert done["result"]["text"] == "done", "the call finished on the set it started on"
+        await until(lambda: running_on.closed)
+        assert state.retired == []
+        answer: dict[str, Any] = (
+            await client.post("/a2a/tools/Shared_echo/call", json={"task": "complete again"})
+        ).json()
+        assert answer["text"] == "again\nsecond part", "the current set still works"
