@@ -353,14 +353,14 @@ class Mesh:
             raise MessageTooLarge(size, self.limits.max_message_bytes)
         for attempt in (1, 2):
             try:
-                result = await self._send(request, token)
+                result, entries = await self._send(request, token)
             except _Replay:
                 if attempt == 2:
                     raise
                 continue
-            if isinstance(result, SendResult) and result.stored and not result.replayed:
+            if entries:
                 try:
-                    await self.notifier.publish(result.recipients)
+                    await self.notifier.publish(sorted(entries), entries)
                 except Exception:
                     # The message is committed: failing the call now would invite a duplicate retry. Waiters still
                     # see it at their next read (at the latest when their long-poll times out).
@@ -368,7 +368,9 @@ class Mesh:
             return result
         raise AssertionError("unreachable")
 
-    async def _send(self, request: SendRequest, token: str | None) -> SendPreview | SendResult:
+    async def _send(
+        self, request: SendRequest, token: str | None
+    ) -> tuple[SendPreview | SendResult, dict[str, InboxEntry]]:
         now = self._now()
         hashed = self._hash(token)
         serial = self.store.serial
@@ -384,12 +386,12 @@ class Mesh:
             if request.confirm:
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
                 if replayed is not None:
-                    return replayed
+                    return replayed, {}
             expires_at = now + timedelta(seconds=sender.ttl_seconds)
             if request.to is not None:
                 if not request.confirm:
                     await self._direct_target(tx, request.to, now)
-                    return SendPreview(recipients=[request.to])
+                    return SendPreview(recipients=[request.to]), {}
                 seqs: dict[str, int] = {}
                 for agent_id in sorted({sender.agent_id, request.to}):
                     if agent_id == sender.agent_id and serial:
@@ -407,7 +409,7 @@ class Mesh:
                 matches = await tx.list_agents(where, after=None, limit=self.limits.max_fanout)
                 candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
                 if not request.confirm:
-                    return SendPreview(recipients=candidates)
+                    return SendPreview(recipients=candidates), {}
                 # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
                 # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
                 await tx.lock_agents([*candidates, sender.agent_id])
@@ -415,6 +417,7 @@ class Mesh:
                     raise InvalidToken("the token's session ended meanwhile; check in again")
                 seqs = await tx.bump(candidates, now) if candidates else {}
             message_id = uuid.uuid4().hex if seqs else None
+            entries: dict[str, InboxEntry] = {}
             if message_id is not None:
                 message = MessageRecord(
                     message_id=message_id,
@@ -424,11 +427,12 @@ class Mesh:
                     sent_at=now,
                 )
                 await tx.add_message(message, seqs)
+                entries = {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
             result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
             await self._remember(
                 tx, scope, request.idempotency_key, "send", fingerprint, result.model_dump(mode="json"), now
             )
-            return result
+            return result, entries
 
     @staticmethod
     async def _direct_target(tx: MeshTx, agent_id: str, now: datetime) -> None:
@@ -453,13 +457,30 @@ class Mesh:
             return page
         # Subscribed before the next read, so a message committed after that read still wakes us.
         async with self.notifier.subscribe(agent.agent_id) as subscription:
+            _, page = await self._read(token, after, limit)
             while True:
-                _, page = await self._read(token, after, limit)
                 remaining = deadline - anyio.current_time()
                 if page.messages or remaining <= 0:
                     return page
                 with anyio.move_on_after(remaining):
                     await subscription.wait()
+                handed = self._handed(subscription.take(), page.next_cursor, limit)
+                # The lease was renewed when this call began; a page handed over with the wake-up needs no read.
+                page = handed if handed is not None else (await self._read(token, after, limit))[1]
+
+    @staticmethod
+    def _handed(entries: list[InboxEntry], cursor: int, limit: int) -> InboxPage | None:
+        """The page that follows ``cursor`` from entries handed over with wake-ups, if they continue it without a
+        gap (otherwise the store is read)."""
+        run: list[InboxEntry] = []
+        for entry in sorted(entries, key=lambda e: e.seq):
+            if entry.seq == cursor + len(run) + 1:
+                run.append(entry)
+        if not run:
+            return None
+        shown = run[:limit]
+        beyond = any(e.seq > shown[-1].seq for e in entries)
+        return InboxPage(messages=[_message(e) for e in shown], next_cursor=shown[-1].seq, has_more=beyond)
 
     async def _read(self, token: str | None, after: int | None, limit: int) -> tuple[AgentRecord, InboxPage]:
         now = self._now()

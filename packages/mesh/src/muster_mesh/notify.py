@@ -1,19 +1,33 @@
-"""Wake-ups for readers waiting on an inbox, within one process."""
+"""Wake-ups for readers waiting on an inbox, within one process.
+
+A wake-up may carry the inbox entry just committed: a waiter whose cursor sits right before it answers from it, with
+no read of the store (the sender holds the very row it committed; sequences commit in order per inbox).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
+
+from muster_mesh.records import InboxEntry
 
 
 class LocalSubscription:
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._entries: list[InboxEntry] = []
 
-    def fire(self) -> None:
+    def fire(self, entry: InboxEntry | None = None) -> None:
+        if entry is not None:
+            self._entries.append(entry)
         self._event.set()
+
+    def take(self) -> list[InboxEntry]:
+        """The entries handed over since the last ``take`` (committed, in publish order)."""
+        entries, self._entries = self._entries, []
+        return entries
 
     async def wait(self) -> None:
         await self._event.wait()
@@ -41,10 +55,11 @@ class LocalNotifier:
                 if not subs:
                     del self._subs[agent_id]
 
-    def fire(self, agent_ids: Iterable[str]) -> None:
+    def fire(self, agent_ids: Iterable[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         for agent_id in agent_ids:
+            entry = entries.get(agent_id) if entries else None
             for sub in self._subs.get(agent_id, ()):
-                sub.fire()
+                sub.fire(entry)
 
     def fire_all(self) -> None:
         """Wake every waiter (e.g. after a cross-process channel reconnected and may have missed wake-ups)."""
@@ -56,5 +71,5 @@ class LocalNotifier:
     def waiting(self) -> int:
         return sum(len(s) for s in self._subs.values())
 
-    async def publish(self, agent_ids: Sequence[str]) -> None:
-        self.fire(agent_ids)
+    async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
+        self.fire(agent_ids, entries)

@@ -104,10 +104,16 @@ class Subscription(Protocol):
     async def wait(self) -> None:
         """Return once something was published for this agent since the subscription began or the last wait."""
 
+    def take(self) -> list[InboxEntry]:
+        """Committed entries handed over with the wake-ups since the last ``take`` (may be empty: a wake-up from
+        another process carries none, and the reader reads the store)."""
+
 
 class Notifier(Protocol):
     """Wakes readers that wait on an inbox. Only a hint: readers always re-read the store after a wake."""
 
     def subscribe(self, agent_id: str) -> AbstractAsyncContextManager[Subscription]: ...
 
-    async def publish(self, agent_ids: Sequence[str]) -> None: ...
+    async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
+        """Wake the readers of these inboxes, after the commit; ``entries`` (agent_id → the entry just committed)
+        lets a reader positioned right before it answer without reading the store."""

@@ -527,6 +527,7 @@ async def long_poll_returns_on_arrival_or_empty_at_deadline(make: MeshFactory) -
                 await _until_waiting(mesh)
                 await send(mesh, alice, "wake up", to="bob")
         assert [m.body for m in pages[0].messages] == ["wake up"]
+        assert pages[0] == await mesh.read_inbox(token=bob, after=0), "a page handed over with the wake-up is the read"
 
 
 @check

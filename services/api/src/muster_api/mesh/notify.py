@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,7 +23,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy import func as sqlfunc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from muster_mesh import LocalNotifier
+from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
 
 log = logging.getLogger("muster.mesh.notify")
@@ -78,9 +78,9 @@ class PgNotifier:
         for chunk in _chunks(agent_ids):
             await conn.execute(_NOTIFY, {"p_payload": f"{self.instance}|{chunk}"})
 
-    async def publish(self, agent_ids: Sequence[str]) -> None:
+    async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         # Called after the commit: this instance's own waiters, without a round trip.
-        self.local.fire(agent_ids)
+        self.local.fire(agent_ids, entries)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         instance, _, ids = payload.partition("|")
