@@ -97,6 +97,9 @@ def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
     A date without a year is the next such date; a time without a date is the next such time (both after ``now``).
     Times are read in the zone the message names (IANA name or UTC), else UTC.
     """
+    lowered = text.lower()
+    if "reset" not in lowered and "try again" not in lowered and "regain" not in lowered and "again" not in lowered:
+        return None  # the common case, without running the two patterns
     iso = _RESET_ISO.search(text)
     if iso is not None:
         try:

@@ -7,18 +7,36 @@ to it, ``output`` = output tokens (reasoning included). ``complete`` is False wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Usage:
-    input: int = 0
-    cached: int = 0
-    cache_created: int = 0
-    output: int = 0
-    models: dict[str, Usage] = field(default_factory=dict)
-    complete: bool = True
+    input: int
+    cached: int
+    cache_created: int
+    output: int
+    models: dict[str, Usage]
+    complete: bool
+
+    def __init__(
+        self,
+        input: int = 0,
+        cached: int = 0,
+        cache_created: int = 0,
+        output: int = 0,
+        models: dict[str, Usage] | None = None,
+        complete: bool = True,
+    ) -> None:
+        # Slot descriptors past the frozen __setattr__ (cheaper on the decode path); instances stay immutable.
+        _SET_INPUT(self, input)
+        _SET_CACHED(self, cached)
+        _SET_CACHE_CREATED(self, cache_created)
+        _SET_OUTPUT(self, output)
+        _SET_MODELS(self, {} if models is None else models)
+        _SET_COMPLETE(self, complete)
 
     @classmethod
     def missing(cls) -> Usage:
@@ -78,6 +96,15 @@ class Usage:
             models={str(k): cls.from_dict(v) for k, v in models.items()} if isinstance(models, dict) else {},
             complete=bool(data.get("complete", True)),
         )
+
+
+_SLOTS: dict[str, Any] = Usage.__dict__  # type: ignore[assignment]
+_SET_INPUT: Callable[[Any, Any], None] = _SLOTS["input"].__set__
+_SET_CACHED: Callable[[Any, Any], None] = _SLOTS["cached"].__set__
+_SET_CACHE_CREATED: Callable[[Any, Any], None] = _SLOTS["cache_created"].__set__
+_SET_OUTPUT: Callable[[Any, Any], None] = _SLOTS["output"].__set__
+_SET_MODELS: Callable[[Any, Any], None] = _SLOTS["models"].__set__
+_SET_COMPLETE: Callable[[Any, Any], None] = _SLOTS["complete"].__set__
 
 
 def _int(value: Any) -> int:

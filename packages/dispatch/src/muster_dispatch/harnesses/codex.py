@@ -92,7 +92,8 @@ def _turn_failed(obj: dict[str, Any]) -> list[AgentEvent]:
 
 
 def _thread_started(obj: dict[str, Any]) -> list[AgentEvent]:
-    return [AgentEvent("conversation", id=_s(obj.get("thread_id")), data=obj)]
+    thread = obj.get("thread_id")
+    return [AgentEvent("conversation", None, thread if thread.__class__ is str else None, data=obj)]
 
 
 def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -101,7 +102,7 @@ def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
 
 def _error(obj: dict[str, Any]) -> list[AgentEvent]:
     message = _s(obj.get("message")) or ""
-    if _RETRY.search(message):
+    if _retry_notice(message.lower()):
         return [AgentEvent("retry", text=message, data=obj)]
     return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
 
@@ -214,19 +215,21 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
 
 
 def _usage(native: Any) -> Usage:
-    if not isinstance(native, dict):
+    if native.__class__ is not dict:
         return Usage.missing()
-    total_input = counter(native.get("input_tokens"))
-    cached = counter(native.get("cached_input_tokens")) or 0
-    created = counter(native.get("cache_write_input_tokens")) or 0
-    output = counter(native.get("output_tokens"))
-    fresh = max((total_input or 0) - cached - created, 0)
+    get = native.get
+    total_input = counter(get("input_tokens"))
+    cached = counter(get("cached_input_tokens")) or 0
+    created = counter(get("cache_write_input_tokens")) or 0
+    output = counter(get("output_tokens"))
+    fresh = (total_input or 0) - cached - created
     return Usage(
-        input=fresh,
-        cached=cached,
-        cache_created=created,
-        output=output or 0,
-        complete=total_input is not None and output is not None,
+        fresh if fresh > 0 else 0,
+        cached,
+        created,
+        output or 0,
+        None,
+        total_input is not None and output is not None,
     )
 
 
@@ -234,28 +237,53 @@ def _s(value: Any) -> str | None:
     return value if value.__class__ is str else None
 
 
-_RETRY = re.compile(r"^\s*Reconnecting\.\.\.|\bretrying\b", re.IGNORECASE)
-_QUOTA = re.compile(
-    r"hit your usage limit|usage_limit_reached|quota exceeded|insufficient_quota"
-    r"|exceeded retry limit, last status: 429|429 Too Many Requests|rate limit",
-    re.IGNORECASE,
+# Substring tests on the lower-cased text: several times faster than one alternation regex with IGNORECASE, and
+# failure texts are checked on the decode path.
+_QUOTA_WORDS = (
+    "hit your usage limit",
+    "usage_limit_reached",
+    "quota exceeded",
+    "insufficient_quota",
+    "exceeded retry limit, last status: 429",
+    "429 too many requests",
+    "rate limit",
 )
-_UNAVAILABLE = re.compile(
-    r"high demand|at capacity|stream disconnected before completion|waiting for network|error sending request"
-    r"|connection refused|connection reset|failed to connect|dns error|server_error|internal server error"
-    r"|service unavailable|bad gateway|gateway timeout|overloaded|\b50[0234]\b|last status: 5\d\d",
-    re.IGNORECASE,
+_UNAVAILABLE_WORDS = (
+    "high demand",
+    "at capacity",
+    "stream disconnected before completion",
+    "waiting for network",
+    "error sending request",
+    "connection refused",
+    "connection reset",
+    "failed to connect",
+    "dns error",
+    "server_error",
+    "internal server error",
+    "service unavailable",
+    "bad gateway",
+    "gateway timeout",
+    "overloaded",
 )
+_STATUS_5XX = re.compile(r"\b50[0234]\b|last status: 5\d\d")
+
+
+def _retry_notice(lowered: str) -> bool:
+    return lowered.lstrip().startswith("reconnecting...") or "retrying" in lowered
 
 
 def quota(text: str) -> bool:
     """A TERMINAL usage or rate limit ("Reconnecting... N/M" notices never match)."""
-    return not _RETRY.search(text) and _QUOTA.search(text) is not None
+    lowered = text.lower()
+    return not _retry_notice(lowered) and any(word in lowered for word in _QUOTA_WORDS)
 
 
 def unavailable(text: str) -> bool:
     """A terminal outage or connection failure ("Reconnecting... N/M" notices never match)."""
-    return not _RETRY.search(text) and _UNAVAILABLE.search(text) is not None
+    lowered = text.lower()
+    if _retry_notice(lowered):
+        return False
+    return any(word in lowered for word in _UNAVAILABLE_WORDS) or _STATUS_5XX.search(lowered) is not None
 
 
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:
