@@ -16,6 +16,8 @@ from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import anyio
+
 from muster_a2a.agent import OnProgress, Progress, RemoteAgent, Tool
 from muster_a2a.errors import UnknownCallError
 from muster_a2a.models import CallRecord, ToolResult
@@ -116,6 +118,12 @@ class CallTracker:
         self.owner = owner or uuid.uuid4().hex
         self.lease = lease
 
+    async def _save(self, record: CallRecord) -> None:
+        # A write that has begun completes even if the follower is cancelled (shutdown, taken over): an interrupted
+        # database call leaves a connection half-closed, and the stored handle would lag behind the remote task.
+        with anyio.CancelScope(shield=True):
+            await self.store.save(record)
+
     async def claim(self, *, limit: int = 100) -> list[CallRecord]:
         """The in-flight calls nobody holds any more, now held by this tracker's owner."""
         now = self.now()
@@ -145,7 +153,7 @@ class CallTracker:
             owner=self.owner,
             lease_expires_at=at + self.lease,
         )
-        await self.store.save(record)
+        await self._save(record)
         return record
 
     def _progress(self, record: CallRecord) -> OnProgress:
@@ -156,7 +164,7 @@ class CallTracker:
             record.polls = progress.polls
             record.dialect = progress.dialect or record.dialect
             record.updated_at = self.now()
-            await self.store.save(record)
+            await self._save(record)
 
         return on_progress
 
@@ -169,7 +177,7 @@ class CallTracker:
         record.result = result
         record.updated_at = self.now()
         record.owner = record.lease_expires_at = None
-        await self.store.save(record)  # with its result: released in the same write
+        await self._save(record)  # with its result: released in the same write
         return record
 
     async def run(self, record: CallRecord, tool: Tool) -> CallRecord:
