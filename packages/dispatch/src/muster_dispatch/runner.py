@@ -11,10 +11,10 @@ import contextlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
 from muster_dispatch.bootstrap import ensure_cli, ready_cli
@@ -38,6 +38,7 @@ from muster_dispatch.turn import NO_SIGNALS, Signals, Stopped, TurnState
 from muster_dispatch.usage import Usage
 
 StopReason = Literal["timeout", "aborted", "steering"]
+T = TypeVar("T")
 READ_GRACE = 2.0  # seconds to drain the pipes after the CLI exited, before its group is swept
 
 
@@ -93,6 +94,7 @@ class Dispatch:
         self._live_sent = 0
         self._live_done = 0
         self._wakers: list[Callable[[], None]] = []  # wake a waiting _supervise on a stop request
+        self._interrupt: Callable[[StopReason], None] | None = None  # interrupt a running _guard
         self._running: DispatchAgent = agent  # the candidate running now (a fallback's current one)
         self._replay_turn: RecordedTurn | None = None
         self._replay_steered = 0
@@ -189,12 +191,14 @@ class Dispatch:
         return self._running
 
     def _request_stop(self, reason: StopReason) -> None:
-        if self._stop_reason != "aborted":
-            self._stop_reason = reason
+        effective: StopReason = "aborted" if self._stop_reason == "aborted" else reason  # a cancel wins
+        self._stop_reason = effective
         assert self._stop is not None
         self._stop.set()
         for ring in list(self._wakers):
             ring()
+        if self._interrupt is not None:
+            self._interrupt(effective)
 
     def _record(
         self, etype: str, payload: dict[str, Any], *, agent: str | None = None, source: str = "harness"
@@ -313,6 +317,36 @@ class Dispatch:
                 error=DispatchError("process", f"custom agent raised {type(error).__name__}: {error}", cause=error),
             )
         return state.conclude(exit_code=None)
+
+    async def _guard(self, work: Coroutine[Any, Any, T]) -> tuple[StopReason | None, T | None]:
+        """Run ``work`` in this task until it ends, a stop request or the deadline interrupts it (by cancelling this
+        task and taking the cancellation back): no helper task on the hot path of a CLI turn."""
+        assert self._stop is not None
+        if self._stop.is_set():
+            work.close()
+            return self._stop_reason or "aborted", None
+        task = asyncio.current_task()
+        assert task is not None
+        fired: list[StopReason] = []
+
+        def interrupt(reason: StopReason) -> None:
+            if not fired:
+                fired.append(reason)
+                task.cancel()
+
+        self._interrupt = interrupt
+        left = self._time_left()
+        timer = asyncio.get_running_loop().call_later(left, interrupt, "timeout") if left is not None else None
+        try:
+            return None, await work
+        except asyncio.CancelledError:
+            if fired and task.uncancel() == 0:  # our interruption, not a cancellation from outside
+                return fired[0], None
+            raise
+        finally:
+            self._interrupt = None
+            if timer is not None:
+                timer.cancel()
 
     async def _supervise(self, task: asyncio.Future[Any]) -> StopReason | None:
         """Wait for ``task``, a stop request or the deadline; which one stopped the turn (None: it ended).
@@ -517,41 +551,34 @@ class Dispatch:
         # If the CLI exits but a child keeps its pipes open, the readers would wait forever: sweep the group after
         # a grace period.
         grace: list[asyncio.TimerHandle] = []
+        running = [True]
 
         def sweep_if_stuck() -> None:
-            if not task.done():
+            if running[0]:
                 process.sweep()
 
         unwatch = process.watch_exit(lambda: grace.append(loop.call_later(READ_GRACE, sweep_if_stuck)))
 
         async def run() -> int:
-            try:
-                await read_stdout()
-                await stderr
-                code = await process.wait()
-            finally:
-                stderr.cancel()
-                unwatch()
-                for handle in grace:
-                    handle.cancel()
-            process.sweep()
-            return code
+            await read_stdout()
+            await stderr
+            return await process.wait()
 
-        task = asyncio.ensure_future(run())
-        stopped = await self._supervise(task)
         try:
+            stopped, code = await self._guard(run())
+            running[0] = False
             if stopped is None:
-                return task.result(), None
+                process.sweep()
+                return code, None
             await process.kill()
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(task, READ_GRACE + 1)
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
             self._emit(AgentEvent("stopped", code="aborted" if stopped == "aborted" else stopped), agent, "harness")
             return process.process.returncode, stopped
         finally:
+            running[0] = False
+            stderr.cancel()
+            unwatch()
+            for handle in grace:
+                handle.cancel()
             self._process = None
             self._live = None
 
