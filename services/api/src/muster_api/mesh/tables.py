@@ -8,8 +8,9 @@ from muster_api.db.schema import JSONDocument, UTCDateTime, metadata
 
 # One row per agent_id: its current session, lease and inbox counters. last_seq is the per-recipient sequence:
 # incrementing it with UPDATE … RETURNING in the sending transaction is what keeps inbox sequences gap-free and in
-# commit order, across API instances. Listing pages walk the primary key (agent_id order); inbox reads walk
-# mesh_inbox's primary key (recipient, seq): both cost what the page holds, not what the table holds.
+# commit order, across API instances. Listing pages walk ix_mesh_agents_roster in agent_id order and test the lease
+# inside the index, so expired rows cost an index entry each, never a row fetch; inbox reads walk mesh_inbox's
+# primary key (recipient, seq): both cost what the page holds, not what the table holds.
 agents = Table(
     "mesh_agents",
     metadata,
@@ -26,6 +27,7 @@ agents = Table(
     Column("last_seq", BigInteger, nullable=False),
     Column("read_cursor", BigInteger, nullable=False),
     Column("floor_seq", BigInteger, nullable=False),
+    Index("ix_mesh_agents_roster", "agent_id", "expires_at"),
 )
 
 messages = Table(

@@ -37,6 +37,7 @@ def upgrade() -> None:
         sa.UniqueConstraint("token_hash", name="uq_mesh_agents_token_hash"),
     )
     op.create_index("ix_mesh_agents_expires_at", "mesh_agents", ["expires_at"])
+    op.create_index("ix_mesh_agents_roster", "mesh_agents", ["agent_id", "expires_at"])
     op.create_table(
         "mesh_messages",
         sa.Column("message_id", sa.String(32), nullable=False),
