@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
 from muster_api.a2a import component
 from muster_api.a2a.component import A2AState
@@ -24,7 +25,7 @@ from muster_api.app import create_app
 from muster_api.db.engine import create_engine
 from muster_api.runtime import Runtime
 from muster_api.settings import Settings
-from tests.a2a.peers import Peer, a2a_peer
+from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.a2a.test_service import wait_for, write_config
 from tests.support.app import running
 
@@ -48,12 +49,20 @@ class Clock:
 
 @asynccontextmanager
 async def instance(
-    db_url: str, tmp_path: Path, name: str, peer: Peer, clock: Clock
+    db_url: str, tmp_path: Path, name: str, peer: Peer, clock: Clock, *, card: str | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, A2AState]]:
     """One service instance on ``db_url``; its requests to the agent carry ``X-Instance: <name>``."""
     config = write_config(
         tmp_path / f"{name}.toml",
-        {"shared": {"card": peer.base, "pollEvery": 20, "headers": {"X-Instance": name}}},
+        {
+            "shared": {
+                "card": card or peer.base,
+                "pollEvery": 20,
+                "headers": {"X-Instance": name},
+                # A card served by a front names the agent's own port: let the tag reach it.
+                "allowHosts": ["127.0.0.1"],
+            }
+        },
     )
     settings = Settings(database_url=db_url, config=config)
     app = create_app(runtime=Runtime(settings=settings, engine=create_engine(settings.database_url), now=clock))
@@ -187,6 +196,40 @@ async def test_a_holder_whose_call_was_taken_over_stops_following(db_url: str, t
         assert done["result"]["text"] == "done" and done["owner"] is None
         assert peer.get_tasks(handle["task_id"], x_instance="a") == by_a
         assert peer.get_tasks(handle["task_id"], x_instance="b") >= 1
+
+
+@pytest.mark.usefixtures("no_loops")
+async def test_a_call_waiting_for_its_agent_stays_held_and_resumes_on_reload(db_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    card = "/.well-known/agent-card.json"
+    async with a2a_peer("Shared") as peer, raw_peer() as front:
+        front.json(card, agent_card_to_dict(peer.card))
+        async with instance(db_url, tmp_path, "x", peer, clock, card=front.base) as (x_client, _):
+            started = await x_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 1", "wait": False})
+            call_id = started.json()["id"]
+            task_id = (await wait_for(x_client, call_id, until="handle"))["task_id"]
+        # x stopped cleanly and handed the call over; the agent's card is down when a and b start.
+        front.text(card, "down for maintenance", status=503)
+        async with (
+            instance(db_url, tmp_path, "a", peer, clock, card=front.base) as (a_client, a),
+            instance(db_url, tmp_path, "b", peer, clock, card=front.base) as (_, b),
+        ):
+            await until(lambda: call_id in a.parked)
+            waiting = (await a_client.get(f"/a2a/calls/{call_id}")).json()
+            assert waiting["result"] is None and waiting["owner"] == a.owner
+            # Held and renewed while it waits: no instance claims it again, not even past the first lease.
+            clock.advance(LEASE + timedelta(seconds=1))
+            await a.renew()
+            assert (await b.resume_in_flight(), await a.resume_in_flight()) == (0, 0)
+            assert b.following == set() and b.parked == set()
+
+            front.json(card, agent_card_to_dict(peer.card))
+            assert (await a_client.post("/a2a/reload")).json()["agents"][0]["status"] == "ok"
+            done = await wait_for(a_client, call_id, until="done")
+            assert (done["result"]["text"], done["owner"]) == ("done", None)
+            assert a.parked == set()
+        assert peer.get_tasks(task_id, x_instance="a") >= 1 and peer.get_tasks(task_id, x_instance="b") == 0
+        assert peer.executor.started.count(task_id) == 1
 
 
 async def test_reload_closes_a_superseded_agent_set_once_its_calls_end(db_url: str, tmp_path: Path) -> None:

@@ -244,6 +244,7 @@ async def test_call_waits_for_an_unavailable_agent_and_resumes_on_reload(db_url:
             await anyio.sleep(0.2)
             waiting = (await client.get(f"/a2a/calls/{call_id}")).json()
             assert waiting["result"] is None and waiting["task_id"] == handle["task_id"], "kept in flight, not lost"
+            assert waiting["owner"] is not None, "held while it waits, so that scans do not claim it over and over"
             front.json(card, agent_card_to_dict(peer.card))
             assert (await client.post("/a2a/reload")).json()["agents"][0]["status"] == "ok"
             done = await wait_for(client, call_id, until="done")

@@ -190,12 +190,10 @@ class CallTracker:
     async def resume(self, record: CallRecord, agent: RemoteAgent | None) -> CallRecord:
         """Follow an in-flight record by GetTask for what is left of its budget (then CancelTask).
 
-        An agent that is configured but unavailable right now (card unreachable) leaves the record in flight, for a
-        later attempt (reload, restart, or another instance): it is released; an agent no longer configured ends it with
-        an error."""
+        An agent that is configured but unavailable right now (card unreachable) leaves the record in flight, still
+        held, for a later attempt (reload, restart; the caller keeps renewing it or releases it); an agent no longer
+        configured ends it with an error."""
         if agent is not None and not agent.ok and record.task_id is not None:
-            await self.store.release(self.owner, [record.id])
-            record.owner = record.lease_expires_at = None
             return record
         if record.task_id is None:
             reason = "the service stopped before the agent returned a task id; the call cannot be resumed"

@@ -79,10 +79,17 @@ class A2AState:
         self._reload_lock = anyio.Lock()
         # The calls this instance follows (it holds their lease), with the scope that stops one if taken over.
         self._following: dict[str, anyio.CancelScope] = {}
+        # Calls held (and renewed) but not followed: their agent is unavailable; the next reload tries them again.
+        # Held rather than released, so that a scan does not claim them again and again ahead of the others.
+        self._parked: dict[str, CallRecord] = {}
 
     @property
     def following(self) -> set[str]:
         return set(self._following)
+
+    @property
+    def parked(self) -> set[str]:
+        return set(self._parked)
 
     # -- agent sets -------------------------------------------------------------------------------------------------
 
@@ -107,6 +114,7 @@ class A2AState:
                 )
         if self.group is not None:
             # An agent that was unavailable may be back: pick up the calls left in flight for it.
+            self._unpark()
             await self.resume_in_flight()
         return agents
 
@@ -117,13 +125,17 @@ class A2AState:
         self._users[agents] = self._users.get(agents, 0) + 1
         return agents
 
-    async def _let_go(self, agents: AgentSet) -> None:
+    def _unhold(self, agents: AgentSet) -> bool:
+        """One call fewer on ``agents``; true when that was the last one."""
         left = self._users[agents] - 1
         if left:
             self._users[agents] = left
-            return
+            return False
         del self._users[agents]
-        if agents in self.retired:
+        return True
+
+    async def _let_go(self, agents: AgentSet) -> None:
+        if self._unhold(agents) and agents in self.retired:
             self.retired.remove(agents)
             with anyio.CancelScope(shield=True):
                 await agents.aclose()
@@ -206,7 +218,8 @@ class A2AState:
     async def _resume(self, record: CallRecord, agents: AgentSet) -> CallRecord:
         done = await self.tracker.resume(record, agents.agent(record.agent))
         if done.in_flight:
-            log.warning("A2A call %s left in flight: agent %s is unavailable", record.id, record.agent)
+            log.warning("A2A call %s waits (held) for agent %s, unavailable until a reload", record.id, record.agent)
+            self._parked[record.id] = done
         else:
             log.info("A2A call %s resumed: %s", record.id, done.state)
         return done
@@ -216,21 +229,32 @@ class A2AState:
         records = await self.tracker.claim()
         started = 0
         for record in records:
-            if record.id in self._following:
+            if record.id in self._following or record.id in self._parked:
                 continue  # ours already: our lease had lapsed, and the claim renewed it
-            agents = self._hold()
-            try:
-                self._spawn(record.id, agents, functools.partial(self._resume, record, agents))
-            except BaseException:
-                await self._let_go(agents)
-                raise
+            self._follow_held(record)
             started += 1
         return started
 
+    def _follow_held(self, record: CallRecord) -> None:
+        agents = self._hold()
+        try:
+            self._spawn(record.id, agents, functools.partial(self._resume, record, agents))
+        except BaseException:
+            self._unhold(agents)  # never started; the set is the current one, nothing to close
+            raise
+
+    def _unpark(self) -> None:
+        """Try the parked calls again, with the agents just loaded."""
+        parked, self._parked = self._parked, {}
+        for record in parked.values():
+            self._follow_held(record)
+
     async def renew(self) -> None:
         """Extend the lease of every call followed here; stop following those another instance took over."""
+        kept = await self.tracker.renew([*self._parked, *self._following])
+        for call_id in [c for c in self._parked if c not in kept]:
+            self._parked.pop(call_id, None)  # taken over or finished elsewhere
         held = list(self._following)
-        kept = await self.tracker.renew(held)
         for call_id in held:
             if call_id in kept or call_id not in self._following:
                 continue
