@@ -557,7 +557,14 @@ class Dispatch:
             if running[0]:
                 process.sweep()
 
-        unwatch = process.watch_exit(lambda: grace.append(loop.call_later(READ_GRACE, sweep_if_stuck)))
+        def check_exit() -> None:
+            # A timer, not an exit watcher: a short turn ends before it ever fires, so it costs no wake-up.
+            if not running[0]:
+                return
+            later = sweep_if_stuck if process.process.returncode is not None else check_exit
+            grace.append(loop.call_later(READ_GRACE, later))
+
+        grace.append(loop.call_later(READ_GRACE, check_exit))
 
         async def run() -> int:
             await read_stdout()
@@ -576,7 +583,6 @@ class Dispatch:
         finally:
             running[0] = False
             stderr.cancel()
-            unwatch()
             for handle in grace:
                 handle.cancel()
             self._process = None
