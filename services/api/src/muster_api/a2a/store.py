@@ -10,9 +10,8 @@ from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_a2a import CallRecord, ToolResult
-from muster_api.a2a.claims import lock_claimable
 from muster_api.a2a.tables import calls
-from muster_api.db.dialect import upsert
+from muster_api.db.dialect import lock_claimable, upsert
 
 _COLUMNS = [c.name for c in calls.columns]
 # A replace never touches who holds the call: only claim / renew / release do.

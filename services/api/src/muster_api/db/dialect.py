@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import Select, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.dml import Insert
 
@@ -36,6 +36,13 @@ def insert_ignore(dialect_name: str, table: Table, values: Mapping[str, Any], *,
     return upsert(dialect_name, table, values, conflict=conflict, update=())
 
 
-def supports_skip_locked(dialect_name: str) -> bool:
-    """SQLite serialises writers anyway; PostgreSQL needs FOR UPDATE SKIP LOCKED for concurrent claims."""
-    return dialect_name == "postgresql"
+def lock_claimable(dialect_name: str, query: Select[Any]) -> Select[Any]:
+    """The candidate rows of a claim, locked so that concurrent claimers skip each other's rows.
+
+    PostgreSQL: ``FOR UPDATE SKIP LOCKED`` (several instances claim at once; a claimer must neither wait for nor
+    double-take a row another is taking). SQLite: every write transaction starts with ``BEGIN IMMEDIATE`` (one writer
+    at a time), so the plain select is enough. The conditional ``UPDATE … WHERE`` of a claim re-checks either way.
+    """
+    if dialect_name == "postgresql":
+        return query.with_for_update(skip_locked=True)
+    return query
