@@ -303,8 +303,22 @@ with open(path, "a") as f:
 print(json.dumps({"type": "thread.started", "thread_id": thread}))
 item = {"id": "i", "type": "agent_message", "text": "turn %d" % (turns + 1)}
 print(json.dumps({"type": "item.completed", "item": item}))
-print(json.dumps({"type": "turn.completed", "usage": total}))
+streamed = {"input_tokens": 1, "output_tokens": 1} if os.environ.get("FAKE_LOSE_USAGE") else total
+print(json.dumps({"type": "turn.completed", "usage": streamed}))
 """
+
+
+async def test_codex_usage_comes_from_the_rollout_when_the_stream_lost_some(tmp_path: Path) -> None:
+    agent = cli_agent(
+        codex_harness(executable=make_cli(tmp_path, CODEX_SESSION_CLI)), variables={"FAKE_LOSE_USAGE": "1"}
+    )
+    provider = local_provider(tmp_path / "homes")
+    first = await dispatch(agent, AgentInput("a"), workspace=tmp_path, provider=provider).result()
+    assert first.usage == Usage(input=120, output=30)  # the rollout's token_count, not the streamed 1/1
+    second = await dispatch(
+        agent, AgentInput("b", Continuation("0199-thread")), workspace=tmp_path, provider=provider
+    ).result()
+    assert second.usage == Usage(input=120, output=30)
 
 
 async def test_codex_resumed_turn_reports_its_own_usage_not_the_thread_total(tmp_path: Path) -> None:

@@ -423,6 +423,12 @@ class Dispatch:
                 agent, leg, agent.request(leg, executable=str(executable)), sandbox, env, state
             )
             events += state.events
+            if harness.cumulative_usage and state.conversation:
+                # The session's own running total, read once the CLI is gone, replaces the streamed one: exact
+                # whatever the order of the usage notifications (a late one can be lost when the CLI exits).
+                session_total = conversation_usage(agent, sandbox, state.conversation)
+                if session_total is not None and session_total.complete:
+                    state.usage = session_total
             if before is not None and state.usage is not None:
                 state.usage = state.usage.minus(before)
             usage = state.usage if usage is None else usage + (state.usage or Usage.missing())
