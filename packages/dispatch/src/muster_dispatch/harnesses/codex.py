@@ -367,19 +367,18 @@ def _uuid7() -> str:
 
 
 def transcript_usage(text: str) -> Usage:
-    """The thread's running total from the last ``token_count`` event of a rollout file."""
-    last: Any = None
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
+    """The thread's running total from the last ``token_count`` event of a rollout file (read from the end: a long
+    thread's rollout is large and this runs after every turn)."""
+    for line in reversed(text.splitlines()):
+        if "token_count" not in line:
             continue
+        obj = parse(line)
         payload = obj.get("payload") if isinstance(obj, dict) else None
         if isinstance(payload, dict) and payload.get("type") == "token_count":
             info = payload.get("info")
             if isinstance(info, dict) and isinstance(info.get("total_token_usage"), dict):
-                last = info["total_token_usage"]
-    return _usage(last)
+                return _usage(info["total_token_usage"])
+    return Usage.missing()
 
 
 def codex_harness(*, executable: str | Path | None = None) -> Harness:
