@@ -326,3 +326,33 @@ async def test_an_error_item_is_a_warning_not_a_failure(
     assert not turn.of("failure")
     (request,) = fake_openai.script.model_requests()
     assert request.body["model"] == "muster-unknown-model"
+
+
+async def test_live_input_turns_through_app_server_then_resume(
+    installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
+) -> None:
+    """`live_input=True` runs `codex app-server`: the same normalized events, and resume keeps the thread."""
+    fake_openai.script.plan(Reply(text="Noted: plum.", thinking="Remember it."), Reply(text="The word was plum."))
+    agent = codex_agent(installed_clis.codex, fake_openai.url)
+    provider = local_provider(tmp_path / "sandboxes")
+
+    first = await run_turn(agent, "Remember the word plum", workspace, provider, live_input=True)
+
+    assert first.result.status == "completed", first.result.error
+    assert first.result.text == "Noted: plum."
+    assert "Noted: plum." in [e.text for e in first.of("text")]
+    assert first.of("finished")
+    thread = first.result.conversation
+    assert thread and {e.id for e in first.of("conversation")} == {thread}
+    assert (first.result.usage.input, first.result.usage.output) == (120, 30)
+
+    second = await run_turn(
+        agent, "Which word?", workspace, provider, continuation=Continuation(thread), live_input=True
+    )
+
+    assert second.result.status == "completed", second.result.error
+    assert second.result.text == "The word was plum."
+    assert second.result.conversation == thread
+    request = fake_openai.script.model_requests()[-1]
+    assert "Noted: plum." in assistant_texts(request)
+    assert (second.result.usage.input, second.result.usage.output) == (120, 30)
