@@ -70,6 +70,7 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
             pg = PgNotifier(runtime.engine)
             await tg.start(pg.run)
             store.notify_in_transaction = pg.notify_in_transaction
+            store.notify_payloads = pg.payload
             notifier = pg
         else:
             notifier = LocalNotifier()

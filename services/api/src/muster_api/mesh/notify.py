@@ -78,6 +78,13 @@ class PgNotifier:
         for chunk in _chunks(agent_ids):
             await conn.execute(_NOTIFY, {"p_payload": f"{self.instance}|{chunk}"})
 
+    def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
+        """(channel, payload) of the one NOTIFY for these recipients, or (None, None) when they need several."""
+        chunks = _chunks(agent_ids)
+        if len(chunks) != 1:
+            return None, None
+        return CHANNEL, f"{self.instance}|{chunks[0]}"
+
     async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         # Called after the commit: this instance's own waiters, without a round trip.
         self.local.fire(agent_ids, entries)

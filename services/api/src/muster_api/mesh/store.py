@@ -11,7 +11,7 @@ SQLite takes to run it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import CursorResult, Select, Update, bindparam, case, delete, exists, select, tuple_, update
+from sqlalchemy import CursorResult, Select, Update, bindparam, case, delete, exists, select, text, tuple_, update
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
@@ -91,6 +91,27 @@ _READ_INBOX = (
 )
 _GET_IDEMPOTENCY = select(idempotency).where(
     idempotency.c.scope == bindparam("p_scope"), idempotency.c.idem_key == bindparam("p_key")
+)
+
+
+_PG_ADD_MESSAGE_SQL = """
+WITH m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    VALUES (:message_id, :sender, :body, :thread_id, :sent_at)
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT u.recipient, u.seq, m.message_id
+    FROM m, unnest(CAST(:recipients AS text[]), CAST(:seqs AS bigint[])) AS u(recipient, seq)
+    RETURNING 1
+)
+SELECT {notify} FROM (SELECT count(*) AS n FROM i) AS done
+"""
+_PG_ADD_MESSAGE = text(_PG_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :payload)")).bindparams(
+    bindparam("sent_at", type_=messages.c.sent_at.type)
+)
+_PG_ADD_MESSAGE_QUIET = text(_PG_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(
+    bindparam("sent_at", type_=messages.c.sent_at.type)
 )
 
 
@@ -323,6 +344,27 @@ class SqlMeshTx:
         return {agent_id: int(seq) for agent_id, seq in result.all()}
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
+        if self._dialect == "postgresql":
+            # One round trip: the message, its inbox entries and the NOTIFY in one statement.
+            recipients = sorted(seqs)
+            channel, payload = self._store.notify_payload(recipients)
+            await self._conn.execute(
+                _PG_ADD_MESSAGE if channel is not None else _PG_ADD_MESSAGE_QUIET,
+                {
+                    "message_id": message.message_id,
+                    "sender": message.sender,
+                    "body": message.body,
+                    "thread_id": message.thread_id,
+                    "sent_at": message.sent_at,
+                    "recipients": recipients,
+                    "seqs": [seqs[r] for r in recipients],
+                    "channel": channel,
+                    "payload": payload,
+                },
+            )
+            if channel is None:
+                await self._store.on_stored(self._conn, recipients)
+            return
         await self._conn.execute(
             _INSERT_MESSAGE,
             {
@@ -425,7 +467,8 @@ class SqlMeshStore:
         self.engine = engine
         # token hash → TTL seen for it: lets a renewal be one UPDATE … RETURNING (see SqlMeshTx.renew).
         self.ttl_hints: dict[str, int] = {}
-        self.notify_in_transaction: Any = None
+        self.notify_in_transaction: Callable[[AsyncConnection, Sequence[str]], Awaitable[None]] | None = None
+        self.notify_payloads: Callable[[Sequence[str]], tuple[str | None, str | None]] | None = None
         self._serial = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self.serial = self._serial is not None
 
@@ -437,6 +480,13 @@ class SqlMeshStore:
     async def on_stored(self, conn: AsyncConnection, recipients: list[str]) -> None:
         if self.notify_in_transaction is not None and recipients:
             await self.notify_in_transaction(conn, recipients)
+
+    def notify_payload(self, recipients: list[str]) -> tuple[str | None, str | None]:
+        """(channel, payload) for a NOTIFY sent with the message, or (None, None) without a notifier or when the
+        recipients do not fit one payload (``on_stored`` then sends them in chunks)."""
+        if self.notify_payloads is None:
+            return None, None
+        return self.notify_payloads(recipients)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
