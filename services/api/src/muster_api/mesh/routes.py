@@ -56,6 +56,24 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 MAX_PAGE = 500
 
+# The headers are read by one dependency (``caller``) rather than declared per parameter: documented here instead.
+_BEARER = {
+    "name": "Authorization",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string"},
+    "description": "`Bearer <session token>` from the first confirmed check-in; renews the caller's lease.",
+}
+_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"},
+    "description": "A retry with the same key answers the first result (header `Idempotent-Replayed: true`).",
+}
+READ_DOC: dict[str, Any] = {"parameters": [_BEARER]}
+WRITE_DOC: dict[str, Any] = {"parameters": [_BEARER, _KEY]}
+
 
 KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,128}$")
 
@@ -109,6 +127,7 @@ def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
 
 @router.post(
     "/checkin",
+    openapi_extra=WRITE_DOC,
     summary="agent_checkin: create or renew a presence lease",
     response_model=CheckinPreview | CheckinRecord,
     responses=AUTH_ERRORS,
@@ -125,6 +144,7 @@ async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]
 
 @router.get(
     "/agents",
+    openapi_extra=READ_DOC,
     summary="agents_list: the live directory with heartbeat and status ages",
     response_model=AgentList,
     responses=AUTH_ERRORS,
@@ -146,6 +166,7 @@ async def list_agents(
 
 @router.get(
     "/agents/{agent_id}",
+    openapi_extra=READ_DOC,
     summary="One agent of the directory (live or expired, until swept)",
     response_model=AgentView,
     responses={**AUTH_ERRORS, 404: {"description": "no such agent", **PROBLEM}},
@@ -156,6 +177,7 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, 
 
 @router.post(
     "/messages",
+    openapi_extra=WRITE_DOC,
     summary="agent_send: store a message in one agent's inbox, or fan out to live agents of a role/repo/cap",
     response_model=SendPreview | SendResult,
     responses={
@@ -177,6 +199,7 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> R
 
 @router.get(
     "/inbox",
+    openapi_extra=READ_DOC,
     summary="agent_inbox: read (and long-poll) the caller's inbox",
     response_model=InboxPage,
     responses=AUTH_ERRORS,
@@ -195,6 +218,7 @@ async def read_inbox(
 
 @router.post(
     "/inbox/ack",
+    openapi_extra=WRITE_DOC,
     summary="Move the caller's stored cursor forward",
     response_model=AckPreview | AckResult,
     responses=AUTH_ERRORS,
@@ -205,6 +229,7 @@ async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Res
 
 @router.post(
     "/checkout",
+    openapi_extra=WRITE_DOC,
     summary="Leave the roster: the lease ends now and the token stops working",
     response_model=CheckoutPreview | CheckoutResult,
     responses=AUTH_ERRORS,
@@ -227,6 +252,7 @@ async def _first_page(
 
 @router.get(
     "/inbox/stream",
+    openapi_extra=READ_DOC,
     response_class=EventSourceResponse,
     summary="The caller's inbox as Server-Sent Events (event `message`, id = sequence; resumable with Last-Event-ID)",
     responses=AUTH_ERRORS,
