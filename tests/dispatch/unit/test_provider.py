@@ -286,3 +286,18 @@ def test_descendants_follow_parent_links_and_the_marker() -> None:
             proc.wait()
         for pid in descendants(parent.pid, "m-123"):
             os.kill(pid, signal.SIGKILL)
+
+
+async def test_cancelling_the_dispatch_task_from_outside_leaves_no_process(tmp_path: Path) -> None:
+    import asyncio
+
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(claude_harness(executable=make_cli(tmp_path, HANGING_CLI)), variables={"PID_FILE": str(pid_file)})
+    run = dispatch(agent, AgentInput("x"), workspace=tmp_path)
+    assert (await run.__anext__()).type == "conversation"
+    task = run._task  # what an event loop shutdown cancels
+    assert task is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _wait_dead(json.loads(pid_file.read_text()))

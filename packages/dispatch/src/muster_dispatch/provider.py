@@ -102,6 +102,12 @@ class LocalProcess:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.process.wait()), 5.0)
 
+    def kill_now(self) -> None:
+        """SIGKILL the group and every descendant at once (no grace, no await: usable while being cancelled)."""
+        tree = descendants(self.pid, self.marker)
+        self.signal_group(signal.SIGKILL)
+        signal_all(tree, signal.SIGKILL)
+
     def watch_exit(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` once the CLI process itself exits, even while a child still holds its pipes (asyncio's
         ``wait()`` on Python 3.11 waits for the pipes too). Returns a function that stops watching."""

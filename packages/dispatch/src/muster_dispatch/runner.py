@@ -588,6 +588,8 @@ class Dispatch:
             return process.process.returncode, stopped
         finally:
             running[0] = False
+            if process.process.returncode is None:
+                process.kill_now()  # cancelled from outside (e.g. the loop shuts down): leave nothing running
             stderr.cancel()
             for handle in grace:
                 handle.cancel()
