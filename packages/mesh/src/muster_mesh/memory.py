@@ -75,6 +75,9 @@ class _MemoryTx:
         agent_id = self._s.by_token.get(token_hash)
         return self._s.agents.get(agent_id) if agent_id is not None else None
 
+    async def agent_id_for(self, token_hash: str) -> str | None:
+        return self._s.by_token.get(token_hash)
+
     async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
         agent = await self.find_by_token(token_hash)
         if agent is None or not agent.live_at(now):

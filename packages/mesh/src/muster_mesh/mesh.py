@@ -376,7 +376,28 @@ class Mesh:
         now = self._now()
         hashed = self._hash(token)
         serial = self.store.serial
+        seqs: dict[str, int]
+        fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
         async with self.store.transaction() as tx:
+            if not serial and request.confirm and request.to is not None and request.idempotency_key is None:
+                # The common direct send where transactions overlap: the token's agent_id comes from the store's
+                # cache (the renewal verifies it), so the sender's renewal and the recipient's sequence are taken in
+                # agent_id order without a read first.
+                sender_id = await tx.agent_id_for(hashed)
+                if sender_id is None:
+                    raise InvalidToken("the token is not the session of any agent; check in to get one")
+                found: AgentRecord | None = None
+                seqs = {}
+                for agent_id in sorted({sender_id, request.to}):
+                    if agent_id == sender_id:
+                        found = self._usable(await tx.renew(hashed, now), now)
+                    if agent_id == request.to:
+                        seqs = await tx.bump([agent_id], now)
+                assert found is not None
+                if not seqs:
+                    await self._direct_target(tx, request.to, now)
+                    raise AssertionError("unreachable: the target is live but was not bumped")
+                return await self._store_message(tx, found, request, seqs, now, fingerprint)
             # Where transactions overlap, read without a lock: the sender's row is renewed below, in agent_id order
             # with the recipients', so that two agents messaging each other cannot deadlock.
             if serial and request.confirm:
@@ -384,7 +405,6 @@ class Mesh:
             else:
                 sender = self._usable(await tx.find_by_token(hashed), now)
             scope = f"agent:{sender.agent_id}"
-            fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
             if request.confirm:
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
                 if replayed is not None:
@@ -394,7 +414,7 @@ class Mesh:
                 if not request.confirm:
                     await self._direct_target(tx, request.to, now)
                     return SendPreview(recipients=[request.to]), {}
-                seqs: dict[str, int] = {}
+                seqs = {}
                 for agent_id in sorted({sender.agent_id, request.to}):
                     if agent_id == sender.agent_id and serial:
                         continue  # renewed above
@@ -418,23 +438,40 @@ class Mesh:
                 if not serial and not await tx.touch(sender.agent_id, hashed, now, expires_at):
                     raise InvalidToken("the token's session ended meanwhile; check in again")
                 seqs = await tx.bump(candidates, now) if candidates else {}
-            message_id = uuid.uuid4().hex if seqs else None
-            entries: dict[str, InboxEntry] = {}
-            if message_id is not None:
-                message = MessageRecord(
-                    message_id=message_id,
-                    sender=sender.agent_id,
-                    body=request.body,
-                    thread_id=request.thread_id,
-                    sent_at=now,
-                )
-                await tx.add_message(message, seqs)
-                entries = {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
-            result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
-            await self._remember(
-                tx, scope, request.idempotency_key, "send", fingerprint, result.model_dump(mode="json"), now
+            return await self._store_message(tx, sender, request, seqs, now, fingerprint)
+
+    async def _store_message(
+        self,
+        tx: MeshTx,
+        sender: AgentRecord,
+        request: SendRequest,
+        seqs: dict[str, int],
+        now: datetime,
+        fingerprint: str,
+    ) -> tuple[SendResult, dict[str, InboxEntry]]:
+        message_id = uuid.uuid4().hex if seqs else None
+        entries: dict[str, InboxEntry] = {}
+        if message_id is not None:
+            message = MessageRecord(
+                message_id=message_id,
+                sender=sender.agent_id,
+                body=request.body,
+                thread_id=request.thread_id,
+                sent_at=now,
             )
-            return result, entries
+            await tx.add_message(message, seqs)
+            entries = {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
+        result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
+        await self._remember(
+            tx,
+            f"agent:{sender.agent_id}",
+            request.idempotency_key,
+            "send",
+            fingerprint,
+            result.model_dump(mode="json"),
+            now,
+        )
+        return result, entries
 
     @staticmethod
     async def _direct_target(tx: MeshTx, agent_id: str, now: datetime) -> None:

@@ -32,6 +32,10 @@ class MeshTx(Protocol):
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
         """The agent whose current session has this token hash (no lock)."""
 
+    async def agent_id_for(self, token_hash: str) -> str | None:
+        """The agent_id this token was issued to, None when no agent holds it. May answer from a cache without a
+        statement (a token belongs to one agent_id for good); callers verify it by the statement that follows."""
+
     async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
         """The agent whose session has this token hash. When its lease runs past ``now`` it is renewed first
         (``last_seen_at = now``, ``expires_at = now + ttl_seconds``, row locked); an expired one comes back

@@ -45,6 +45,7 @@ _BY_ID = select(agents).where(agents.c.agent_id == bindparam("p_id"))
 _BY_ID_LOCKED = _BY_ID.with_for_update()
 _BY_TOKEN = select(agents).where(agents.c.token_hash == bindparam("p_hash"))
 _BY_TOKEN_LOCKED = _BY_TOKEN.with_for_update()
+_ID_BY_TOKEN = select(agents.c.agent_id).where(agents.c.token_hash == bindparam("p_hash"))
 # The lease arithmetic stays in Python (expires_at is computed, never derived in SQL): the caller passes the expiry
 # for the TTL it expects, and the row must still have that TTL.
 _RENEW_BY_TOKEN = (
@@ -203,6 +204,16 @@ class SqlMeshTx:
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
         row = (await self._conn.execute(_BY_TOKEN, {"p_hash": token_hash})).first()
         return _agent(row) if row else None
+
+    async def agent_id_for(self, token_hash: str) -> str | None:
+        known = self._store.token_ids.get(token_hash)
+        if known is not None:
+            return known
+        row = (await self._conn.execute(_ID_BY_TOKEN, {"p_hash": token_hash})).first()
+        if row is None:
+            return None
+        self._store.remember_token(token_hash, row[0])
+        return str(row[0])
 
     async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
         # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
@@ -467,10 +478,17 @@ class SqlMeshStore:
         self.engine = engine
         # token hash → TTL seen for it: lets a renewal be one UPDATE … RETURNING (see SqlMeshTx.renew).
         self.ttl_hints: dict[str, int] = {}
+        # token hash → agent_id: fixed for good once issued (a new session gets a new token), so it can be cached.
+        self.token_ids: dict[str, str] = {}
         self.notify_in_transaction: Callable[[AsyncConnection, Sequence[str]], Awaitable[None]] | None = None
         self.notify_payloads: Callable[[Sequence[str]], tuple[str | None, str | None]] | None = None
         self._serial = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self.serial = self._serial is not None
+
+    def remember_token(self, token_hash: str, agent_id: str) -> None:
+        if len(self.token_ids) >= MAX_HINTS:
+            self.token_ids.clear()
+        self.token_ids[token_hash] = agent_id
 
     def hint(self, token_hash: str, ttl_seconds: int) -> None:
         if len(self.ttl_hints) >= MAX_HINTS:
