@@ -11,15 +11,30 @@ SQLite takes to run it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import CursorResult, Select, Update, bindparam, case, delete, exists, select, text, tuple_, update
+from sqlalchemy import (
+    CursorResult,
+    Select,
+    String,
+    Update,
+    bindparam,
+    case,
+    delete,
+    exists,
+    select,
+    text,
+    tuple_,
+    type_coerce,
+    update,
+)
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
@@ -160,6 +175,53 @@ def _agent(row: Row[Any]) -> AgentRecord:
         last_seen_at=m["last_seen_at"],
         status_since=m["status_since"],
         expires_at=m["expires_at"],
+        last_seq=m["last_seq"],
+        read_cursor=m["read_cursor"],
+        floor_seq=m["floor_seq"],
+    )
+
+
+_TEXT_COLUMNS = ("caps", "last_seen_at", "status_since", "expires_at")
+
+
+@lru_cache(maxsize=64)
+def _list_statement(dialect: str, live: bool, role: bool, repo: bool, cap: bool, after: bool) -> Select[Any]:
+    """A directory page for this filter shape, built once. On SQLite the JSON and datetime columns come back as their
+    stored text: parsing a page's worth with ``fromisoformat``/``json.loads`` costs a fraction of SQLAlchemy's
+    per-value result processing."""
+    columns = [type_coerce(c, String) if dialect == "sqlite" and c.name in _TEXT_COLUMNS else c for c in agents.c]
+    stmt = select(*columns).order_by(agents.c.agent_id).limit(bindparam("p_limit"))
+    if live:
+        stmt = stmt.where(agents.c.expires_at > _p("p_live", "expires_at"))
+    if role:
+        stmt = stmt.where(agents.c.role == bindparam("p_role"))
+    if repo:
+        stmt = stmt.where(agents.c.repo == bindparam("p_repo"))
+    if cap:
+        stmt = stmt.where(json_array_contains(dialect, agents.c.caps, bindparam("p_cap", type_=String)))
+    if after:
+        stmt = stmt.where(agents.c.agent_id > bindparam("p_after"))
+    return stmt
+
+
+def _utc(text_value: str) -> datetime:
+    value = datetime.fromisoformat(text_value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _agent_text(row: Row[Any]) -> AgentRecord:
+    m = row._mapping
+    return AgentRecord(
+        agent_id=m["agent_id"],
+        token_hash=m["token_hash"],
+        role=m["role"],
+        repo=m["repo"],
+        caps=tuple(json.loads(m["caps"])),
+        status=m["status"],
+        ttl_seconds=m["ttl_seconds"],
+        last_seen_at=_utc(m["last_seen_at"]),
+        status_since=_utc(m["status_since"]),
+        expires_at=_utc(m["expires_at"]),
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
@@ -314,23 +376,26 @@ class SqlMeshTx:
     async def end_lease(self, agent_id: str, now: datetime) -> None:
         await self._conn.execute(_END_LEASE, {"p_id": agent_id, "p_now": now})
 
-    def _filtered(self, stmt: Select[Any], where: AgentFilter) -> Select[Any]:
-        if where.live_at is not None:
-            stmt = stmt.where(agents.c.expires_at > where.live_at)
-        if where.role is not None:
-            stmt = stmt.where(agents.c.role == where.role)
-        if where.repo is not None:
-            stmt = stmt.where(agents.c.repo == where.repo)
-        if where.cap is not None:
-            stmt = stmt.where(json_array_contains(self._dialect, agents.c.caps, where.cap))
-        return stmt
-
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
-        # Walks the primary key in agent_id order from the cursor and stops at the page's end.
-        stmt = self._filtered(select(agents), where).order_by(agents.c.agent_id).limit(limit)
-        if after is not None:
-            stmt = stmt.where(agents.c.agent_id > after)
-        return [_agent(r) for r in (await self._conn.execute(stmt)).all()]
+        # Walks ix_mesh_agents_roster in agent_id order from the cursor and stops at the page's end.
+        stmt = _list_statement(
+            self._dialect,
+            where.live_at is not None,
+            where.role is not None,
+            where.repo is not None,
+            where.cap is not None,
+            after is not None,
+        )
+        params = {
+            "p_live": where.live_at,
+            "p_role": where.role,
+            "p_repo": where.repo,
+            "p_cap": where.cap,
+            "p_after": after,
+            "p_limit": limit,
+        }
+        rows = (await self._conn.execute(stmt, params)).all()
+        return [_agent_text(r) for r in rows] if self._dialect == "sqlite" else [_agent(r) for r in rows]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         ids = sorted(set(agent_ids))
