@@ -1,7 +1,8 @@
 """The mesh: roster with presence leases, durable inboxes, wake-ups. All the rules live here, once, for every store.
 
-Hot paths are counted in store calls (one SQL statement each): a renewal check-in is 2, an inbox read 2, an ack 2,
-a direct send 5, each in one transaction.
+Hot paths are counted in store calls (one SQL statement each, once the store's caches are warm), each in one
+transaction: a check-in renewal is 1, an inbox read 2 (none when a long-poll is handed its message by the wake-up),
+an ack 2, a direct send 4 (renew the sender, take the recipient's sequence, store the message and its entry).
 """
 
 from __future__ import annotations
