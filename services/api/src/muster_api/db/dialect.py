@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Select, Table
+from sqlalchemy import ColumnElement, Select, Table, func, literal, select, true
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.elements import ColumnClause
 
 
 def upsert(
@@ -46,3 +48,17 @@ def lock_claimable(dialect_name: str, query: Select[Any]) -> Select[Any]:
     if dialect_name == "postgresql":
         return query.with_for_update(skip_locked=True)
     return query
+
+
+def json_array_contains(
+    dialect_name: str, column: ColumnClause[object], value: str | ColumnElement[str]
+) -> ColumnElement[bool]:
+    """``value`` is an element of the JSON array in ``column``: ``@>`` on PostgreSQL (JSONB, index-friendly),
+    ``json_each`` on SQLite."""
+    element = literal(value) if isinstance(value, str) else value
+    if dialect_name == "postgresql":
+        return column.op("@>")(func.jsonb_build_array(element).cast(JSONB))
+    if dialect_name == "sqlite":
+        each = func.json_each(column).table_valued("value")
+        return select(true()).select_from(each).where(each.c.value == element).exists()
+    raise NotImplementedError(f"no JSON array containment for dialect {dialect_name!r}")

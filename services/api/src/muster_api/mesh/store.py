@@ -39,8 +39,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
 
-from muster_api.db.dialect import insert_ignore
-from muster_api.mesh.sqlfn import json_array_contains
+from muster_api.db.dialect import insert_ignore, json_array_contains
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
 from muster_mesh import (
     AgentChanges,
