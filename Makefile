@@ -60,8 +60,11 @@ typecheck: $(STAMP) ## mypy --strict over the four members
 	$(VENV)/bin/mypy
 
 .PHONY: bench
-bench: $(STAMP) ## Run every benchmark under bench/; each prints its figures and a ratio against a same-run baseline
-	@set -e; for b in bench/*/run.py; do [ -f "$$b" ] || continue; echo "== $$b"; $(VENV)/bin/python $$b; done
+bench: $(STAMP) ## Run every benchmark under bench/ (PostgreSQL legs when a local server answers); figures + ratios
+	@set -e; \
+	if [ -z "$${MUSTER_TEST_POSTGRES_URL:-}" ] && pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
+	  export MUSTER_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/postgres; fi; \
+	for b in bench/*/run.py; do echo "== $$b"; $(VENV)/bin/python $$b; done
 
 .PHONY: clean
 clean: ## Remove the virtualenv, tool caches and the local database
