@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 from pydantic import BaseModel
 
 from muster_mesh.clock import Clock, system_clock
@@ -368,6 +369,10 @@ class Mesh:
                     # The message is committed: failing the call now would invite a duplicate retry. Waiters still
                     # see it at their next read (at the latest when their long-poll times out).
                     log.warning("wake-up publish failed after a committed send", exc_info=True)
+                # The message is committed and the wake-ups are out: let the woken readers of this process answer
+                # before this send does (one pass of the event loop), so that the delivery, not the acknowledgement,
+                # goes out first.
+                await anyio.lowlevel.checkpoint()
             return result
         raise AssertionError("unreachable")
 
