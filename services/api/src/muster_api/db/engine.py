@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, exc
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -12,14 +13,18 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from muster_api.db.url import is_sqlite, sqlite_path
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# A pooled connection idle for longer than this is pinged before use; one used more recently is not (see _ping_idle).
+PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if not is_sqlite(url):
         kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 10)
-        kwargs.setdefault("pool_pre_ping", True)
-        return create_async_engine(url, **kwargs)
+        engine = create_async_engine(url, **kwargs)
+        if not kwargs.get("pool_pre_ping"):
+            _ping_idle(engine)
+        return engine
 
     path = sqlite_path(url)
     if path is not None:
@@ -49,3 +54,26 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
         # IMMEDIATE takes the write lock up front: a deferred transaction that later writes can fail with
         # SQLITE_BUSY without waiting (lock upgrade deadlock), which busy_timeout does not cover.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _ping_idle(engine: AsyncEngine) -> None:
+    """Pessimistic disconnect handling for connections that sat idle in the pool: ``pool_pre_ping`` costs a round
+    trip on every checkout (measured: a third of a one-statement transaction on a local PostgreSQL), while a
+    connection handed back moments ago is almost never stale. A connection that does fail in use is still handled by
+    SQLAlchemy's disconnect detection, which invalidates it and every connection pooled before it."""
+
+    @event.listens_for(engine.sync_engine, "checkin")
+    def _on_checkin(_dbapi_connection: DBAPIConnection | None, record: ConnectionPoolEntry) -> None:
+        record.info["muster_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: DBAPIConnection, record: ConnectionPoolEntry, _proxy: Any) -> None:
+        idle_since = record.info.get("muster_idle_since")
+        if idle_since is None or time.monotonic() - idle_since <= PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the driver's own error type: any failure means the connection is unusable
+            raise exc.DisconnectionError(f"idle pooled connection failed its ping: {error}") from error
+        if not alive:
+            raise exc.DisconnectionError("idle pooled connection failed its ping")
