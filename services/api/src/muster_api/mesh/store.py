@@ -35,6 +35,7 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
@@ -128,6 +129,43 @@ _PG_ADD_MESSAGE = text(_PG_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :p
 _PG_ADD_MESSAGE_QUIET = text(_PG_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(
     bindparam("sent_at", type_=messages.c.sent_at.type)
 )
+
+
+# SQLite's hot send statements, run on the driver connection (aiosqlite) inside the same transaction: through
+# SQLAlchemy's adapter each statement is three or four hops to aiosqlite's thread (cursor, execute, fetch, close),
+# here one. The SQL is SQLAlchemy's own compilation of the statements above, so both paths run the same text.
+_SQLITE_NAMED = sqlite_dialect.dialect(paramstyle="named")
+_SQLITE_RENEW = str(_RENEW_BY_TOKEN.compile(dialect=_SQLITE_NAMED))
+_SQLITE_BUMP_ONE = str(_BUMP_ONE.compile(dialect=_SQLITE_NAMED))
+_SQLITE_INSERT_MESSAGE = str(_INSERT_MESSAGE.compile(dialect=_SQLITE_NAMED))
+_SQLITE_INSERT_INBOX = str(_INSERT_INBOX.compile(dialect=_SQLITE_NAMED))
+# UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
+# compared text must be the same on both paths.
+_SQLITE_TIME = agents.c.expires_at.type.dialect_impl(_SQLITE_NAMED).bind_processor(_SQLITE_NAMED)
+
+
+def _sqlite_time(value: datetime) -> str:
+    assert _SQLITE_TIME is not None
+    return str(_SQLITE_TIME(value))
+
+
+def _agent_tuple(row: Sequence[Any]) -> AgentRecord:
+    """An agent from a driver row in ``agents.c`` order (SQLite: datetimes and caps as their stored text)."""
+    return AgentRecord(
+        agent_id=row[0],
+        token_hash=row[1],
+        role=row[2],
+        repo=row[3],
+        caps=tuple(json.loads(row[4])),
+        status=row[5],
+        ttl_seconds=row[6],
+        last_seen_at=_utc(row[7]),
+        status_since=_utc(row[8]),
+        expires_at=_utc(row[9]),
+        last_seq=row[10],
+        read_cursor=row[11],
+        floor_seq=row[12],
+    )
 
 
 def _p(name: str, column: str) -> BindParameter[Any]:
@@ -256,6 +294,13 @@ class SqlMeshTx:
         self._store = store
         self._dialect = conn.dialect.name
         self._row_locks = self._dialect == "postgresql"
+        self._driver: Any = None
+
+    async def _sqlite(self) -> Any:
+        """The aiosqlite connection under this transaction's SQLAlchemy connection (SQLite only)."""
+        if self._driver is None:
+            self._driver = (await self._conn.get_raw_connection()).driver_connection
+        return self._driver
 
     async def get_agent(self, agent_id: str, *, for_update: bool = False) -> AgentRecord | None:
         stmt = _BY_ID_LOCKED if for_update and self._row_locks else _BY_ID
@@ -280,7 +325,20 @@ class SqlMeshTx:
         # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
         # only costs the fallback): select, then update.
         ttl = self._store.ttl_hints.get(token_hash)
-        if ttl is not None:
+        if ttl is not None and self._dialect == "sqlite":
+            exp = now + timedelta(seconds=ttl)
+            now_text = _sqlite_time(now)
+            sqlite_params = {
+                "p_hash": token_hash,
+                "p_now": now_text,
+                "p_ttl": ttl,
+                "p_seen": now_text,
+                "p_exp": _sqlite_time(exp),
+            }
+            rows = await (await self._sqlite()).execute_fetchall(_SQLITE_RENEW, sqlite_params)
+            if rows:
+                return _agent_tuple(rows[0])
+        elif ttl is not None:
             params = {
                 "p_hash": token_hash,
                 "p_now": now,
@@ -407,6 +465,10 @@ class SqlMeshTx:
 
     async def bump(self, agent_ids: Sequence[str], live_at: datetime) -> dict[str, int]:
         ids = sorted(set(agent_ids))
+        if len(ids) == 1 and self._dialect == "sqlite":
+            params = {"p_id": ids[0], "p_now": _sqlite_time(live_at), "last_seq_1": 1}
+            rows = await (await self._sqlite()).execute_fetchall(_SQLITE_BUMP_ONE, params)
+            return {agent_id: int(seq) for agent_id, seq in rows}
         if len(ids) == 1:
             result = await self._conn.execute(_BUMP_ONE, {"p_id": ids[0], "p_now": live_at})
         else:
@@ -439,6 +501,24 @@ class SqlMeshTx:
             )
             if channel is None:
                 await self._store.on_stored(self._conn, recipients)
+            return
+        if len(seqs) == 1 and self._dialect == "sqlite":
+            ((recipient, seq),) = seqs.items()
+            driver = await self._sqlite()
+            await driver.execute_fetchall(
+                _SQLITE_INSERT_MESSAGE,
+                {
+                    "message_id": message.message_id,
+                    "sender": message.sender,
+                    "body": message.body,
+                    "thread_id": message.thread_id,
+                    "sent_at": _sqlite_time(message.sent_at),
+                },
+            )
+            await driver.execute_fetchall(
+                _SQLITE_INSERT_INBOX, {"recipient": recipient, "seq": seq, "message_id": message.message_id}
+            )
+            await self._store.on_stored(self._conn, [recipient])
             return
         await self._conn.execute(
             _INSERT_MESSAGE,
