@@ -186,7 +186,6 @@ async def test_codex_live_input_usage_is_what_codex_recorded(
     assert usage.input == 4 * usage.output, usage
 
 
-@pytest.mark.xfail(strict=False, reason="package bug 6 in /tmp/dispatch-notes.md: 'no active turn to steer'")
 async def test_codex_live_steering_that_races_the_end_of_the_turn_is_not_lost(
     installed_clis: InstalledClis, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
 ) -> None:

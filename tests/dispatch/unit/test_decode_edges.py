@@ -275,6 +275,10 @@ def test_app_server_driver_sequence() -> None:
         "expectedTurnId": "u1",
         "input": [{"type": "text", "text": "between"}],
     }
-    assert json.loads(driver.steer("later")[0])["method"] == "turn/steer"
+    (later,) = driver.steer("later")
+    assert json.loads(later)["method"] == "turn/steer"
+    driver.feed(json.dumps({"id": json.loads(steer)["id"], "result": {"turnId": "u1"}}))
     driver.feed(json.dumps({"method": "turn/completed", "params": {"turn": {"id": "u1", "status": "completed"}}}))
+    assert not driver.done  # "later" is unanswered: codex may still refuse it
+    assert driver.feed(json.dumps({"id": json.loads(later)["id"], "result": {"turnId": "u1"}})) == []
     assert driver.done

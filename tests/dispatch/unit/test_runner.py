@@ -273,6 +273,54 @@ async def test_codex_live_input_through_app_server(tmp_path: Path) -> None:
     assert result.usage == Usage(input=15, cached=5, output=4)  # the last running total, not a sum
 
 
+# The turn ends just before codex reads the steering: it refuses turn/steer the way codex 0.169 does.
+APP_SERVER_RACING_CLI = r"""
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+thread, turns = "thread-race", 0
+for line in sys.stdin:
+    message = json.loads(line)
+    method, ident = message.get("method"), message.get("id")
+    if method == "initialize":
+        send({"id": ident, "result": {"userAgent": "fake"}})
+    elif method == "thread/start":
+        send({"id": ident, "result": {"thread": {"id": thread}}})
+    elif method == "turn/start":
+        turns += 1
+        turn = f"turn-{turns}"
+        text = " + ".join(i["text"] for i in message["params"]["input"])
+        send({"id": ident, "result": {"turn": {"id": turn, "status": "inProgress"}}})
+        send({"method": "turn/started", "params": {"threadId": thread, "turn": {"id": turn}}})
+        if turns > 1:
+            send({"method": "item/completed", "params": {"item": {"type": "agentMessage", "id": turn, "text": text}}})
+            send({"method": "turn/completed", "params": {"turn": {"id": turn, "status": "completed"}}})
+    elif method == "turn/steer":
+        send({"method": "item/completed", "params": {"item": {"type": "agentMessage", "id": "m1", "text": "first"}}})
+        send({"method": "turn/completed", "params": {"turn": {"id": "turn-1", "status": "completed"}}})
+        send({"id": ident, "error": {"code": -32600, "message": "no active turn to steer"}})
+"""
+
+
+async def test_codex_steering_that_races_the_end_of_the_turn_becomes_the_next_turn(tmp_path: Path) -> None:
+    agent = cli_agent(codex_harness(executable=make_cli(tmp_path, APP_SERVER_RACING_CLI)), model="gpt-5.5")
+    run = dispatch(agent, AgentInput("hello", live_input=True), workspace=tmp_path)
+    with anyio.fail_after(30):
+        events = []
+        async for event in run:
+            events.append(event)
+            if event.type == "conversation" and len([e for e in events if e.type == "conversation"]) == 1:
+                await run.steer("say goodbye")
+        result = await run.result()
+    assert result.status == "completed", result.error
+    assert result.text == "say goodbye"
+    warnings = [e for e in events if e.type == "warning"]
+    assert [w.code for w in warnings] == ["steering"]
+    assert not [e for e in events if e.type == "failure"]
+    assert [e.type for e in events].count("finished") == 2
+
+
 async def test_journal_records_every_event_between_input_and_result(tmp_path: Path) -> None:
     journal = Journal(tmp_path / "journal.jsonl")
     run = dispatch(_replaying(tmp_path, "claude-plain"), AgentInput("hi"), workspace=tmp_path, journal=journal)

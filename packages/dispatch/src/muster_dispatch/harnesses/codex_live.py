@@ -4,6 +4,9 @@ to the running turn.
 The driver sends ``initialize``, then ``thread/start`` (or ``thread/resume`` for a continuation), then ``turn/start``
 with the prompt; steering becomes ``turn/steer`` once the turn runs (texts steered earlier join the first input).
 When the turn completes (or a request fails) the driver is done and the runner closes stdin: app-server then exits.
+Steering can race the end of the turn: codex refuses a ``turn/steer`` that arrives after the turn completed ("no
+active turn to steer"). The text is then not lost: it starts a new turn on the same thread (the outcome Claude's
+stream-json gives by queueing the message), and the driver is done only when no steering is unanswered.
 The notifications are decoded by ``decode_app_server`` into the same normalized events as ``codex exec --json``.
 """
 
@@ -20,6 +23,8 @@ from muster_dispatch.jsonline import parse
 from muster_dispatch.usage import Usage, counter
 
 _INITIALIZE, _THREAD, _TURN = 1, 2, 3
+# Steering requests carry string ids with this prefix: their refusal is recovered from (see above), not a failure.
+STEER_ID_PREFIX = "steer-"
 
 
 def _line(message: dict[str, Any]) -> str:
@@ -42,6 +47,8 @@ class AppServerDriver:
         self.done = False
         self._early: list[str] = []  # steering that arrived before the turn started
         self._next_id = 100
+        self._steering: dict[str, str] = {}  # unanswered turn/steer request id -> its text
+        self._turn_over = False  # turn/completed seen while steering was unanswered
 
     def opening(self) -> list[str]:
         return [
@@ -84,14 +91,37 @@ class AppServerDriver:
             self._early.clear()
             params = {"threadId": self.thread, "input": [_text(t) for t in texts]}
             return [_line({"id": _TURN, "method": "turn/start", "params": params})]
+        if isinstance(ident, str) and ident in self._steering:
+            return self._steering_answered(ident, refused="error" in message)
         method = message.get("method")
         if method == "turn/started":
             turn = (message.get("params") or {}).get("turn") or {}
             self.turn = turn.get("id") if isinstance(turn, dict) else None
+            self._turn_over = False
             return self.pending()
         if method == "turn/completed":
-            self.done = True
+            self.turn = None
+            if self._steering:
+                self._turn_over = True  # wait for codex's answer to the steering before ending
+            else:
+                self.done = True
         return []
+
+    def _steering_answered(self, ident: str, *, refused: bool) -> list[str]:
+        text = self._steering.pop(ident)
+        if refused:
+            # The turn ended before codex read the steering: it joins the next turn of the thread.
+            self._early.insert(0, text)
+        if not self._turn_over or self._steering:
+            return []
+        if not self._early:
+            self.done = True
+            return []
+        texts, self._early = self._early, []
+        self._turn_over = False
+        self._next_id += 1
+        params = {"threadId": self.thread, "input": [_text(t) for t in texts]}
+        return [_line({"id": self._next_id, "method": "turn/start", "params": params})]
 
     def steer(self, text: str) -> list[str]:
         if self.done:
@@ -102,8 +132,10 @@ class AppServerDriver:
             self._early.append(text)
             return []
         self._next_id += 1
+        ident = f"{STEER_ID_PREFIX}{self._next_id}"
+        self._steering[ident] = text
         params = {"threadId": self.thread, "expectedTurnId": self.turn, "input": [_text(text)]}
-        return [_line({"id": self._next_id, "method": "turn/steer", "params": params})]
+        return [_line({"id": ident, "method": "turn/steer", "params": params})]
 
     def pending(self) -> list[str]:
         """Steering queued while the turn was being confirmed, sent as soon as its id is known."""
@@ -135,6 +167,10 @@ def _response(message: dict[str, Any]) -> list[AgentEvent]:
     error = message.get("error")
     if isinstance(error, dict):
         text = error.get("message") if isinstance(error.get("message"), str) else "app-server request failed"
+        ident = message.get("id")
+        if isinstance(ident, str) and ident.startswith(STEER_ID_PREFIX):
+            # The driver sends the refused steering as a new turn: worth knowing, not a failure of the dispatch.
+            return [AgentEvent("warning", text=f"steering sent as a new turn: {text}", code="steering", data=message)]
         return [AgentEvent("failure", text=text, code="rpc", data=message)]
     result = message.get("result")
     if isinstance(result, dict) and isinstance(result.get("thread"), dict):
