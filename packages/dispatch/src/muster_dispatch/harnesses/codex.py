@@ -26,7 +26,7 @@ from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.faults import parse_reset
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
-from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
+from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server, shell_result
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import NOT_JSON, parse
 from muster_dispatch.usage import Usage, counter
@@ -131,18 +131,7 @@ def _command(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
         return [AgentEvent("tool", id=item_id, name="shell", input={"command": item.get("command")})]
     if kind != "item.completed":
         return []
-    exit_code = item.get("exit_code")
-    failed = item.get("status") == "failed" or (isinstance(exit_code, int) and exit_code != 0)
-    return [
-        AgentEvent(
-            "tool_result",
-            id=item_id,
-            name="shell",
-            output=item.get("aggregated_output"),
-            code="error" if failed else None,
-            data={"exit_code": exit_code, "status": item.get("status")},
-        )
-    ]
+    return [shell_result(item_id, item.get("exit_code"), item.get("status"), item.get("aggregated_output"))]
 
 
 def _file_change(kind: str, item: dict[str, Any]) -> list[AgentEvent]:

@@ -180,6 +180,19 @@ def _response(message: dict[str, Any]) -> list[AgentEvent]:
     return []  # initialize / turn/start / turn/steer acknowledgements
 
 
+def shell_result(item_id: str | None, exit_code: Any, status: Any, output: Any) -> AgentEvent:
+    """A finished shell command, from ``codex exec --json`` (snake_case) or app-server (camelCase) fields."""
+    failed = status == "failed" or (isinstance(exit_code, int) and exit_code != 0)
+    return AgentEvent(
+        "tool_result",
+        id=item_id,
+        name="shell",
+        output=output,
+        code="error" if failed else None,
+        data={"exit_code": exit_code, "status": status},
+    )
+
+
 def _thread_started(params: dict[str, Any]) -> list[AgentEvent]:
     thread = params.get("thread") or {}
     return [AgentEvent("conversation", id=_s(thread.get("id")))] if isinstance(thread, dict) else []
@@ -208,18 +221,7 @@ def _item_completed(params: dict[str, Any]) -> list[AgentEvent]:
         parts = [p for p in (item.get("summary") or []) + (item.get("content") or []) if isinstance(p, str)]
         return [AgentEvent("reasoning", text="\n".join(parts), id=item_id)]
     if kind == "commandExecution":
-        exit_code = item.get("exitCode")
-        failed = item.get("status") == "failed" or (isinstance(exit_code, int) and exit_code != 0)
-        return [
-            AgentEvent(
-                "tool_result",
-                id=item_id,
-                name="shell",
-                output=item.get("aggregatedOutput"),
-                code="error" if failed else None,
-                data={"exit_code": exit_code, "status": item.get("status")},
-            )
-        ]
+        return [shell_result(item_id, item.get("exitCode"), item.get("status"), item.get("aggregatedOutput"))]
     if kind == "fileChange":
         return [AgentEvent("file_change", id=item_id, data=item.get("changes"))]
     if kind == "mcpToolCall":
