@@ -23,7 +23,11 @@ def sql_factory(db_url: str) -> Callable[[ManualClock], AbstractAsyncContextMana
         engine = create_engine(Settings(database_url=db_url).database_url)
         try:
             await upgrade(engine)
-            yield Mesh(SqlMeshStore(engine), clock=clock)
+            store = SqlMeshStore(engine)
+            try:
+                yield Mesh(store, clock=clock)
+            finally:
+                await store.aclose()
         finally:
             await engine.dispose()
 

@@ -64,26 +64,30 @@ async def _sweep_forever(mesh: Mesh, every: float) -> None:
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
     settings = MeshSettings()
-    async with anyio.create_task_group() as tg:
-        notifier: Notifier
-        store = SqlMeshStore(runtime.engine)
-        if runtime.dialect == "postgresql":
-            pg = PgNotifier(runtime.engine)
-            await tg.start(pg.run)
-            store.notify_in_transaction = pg.notify_in_transaction
-            store.notify_payloads = pg.payload
-            notifier = pg
-        else:
-            notifier = LocalNotifier()
-        # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
-        mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
-        app.state.mesh = mesh
-        tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
-        # Everything alive now (modules, the app, its routes and models) lives as long as the process: moved out of
-        # the collector's generations, a full collection no longer walks it (measured: a 100 ms gen-2 pause under
-        # load, a wake-up's p99 several times its median).
-        gc.freeze()
-        try:
-            yield
-        finally:
-            tg.cancel_scope.cancel()
+    store = SqlMeshStore(runtime.engine)
+    try:
+        async with anyio.create_task_group() as tg:
+            notifier: Notifier
+            if runtime.dialect == "postgresql":
+                pg = PgNotifier(runtime.engine)
+                await tg.start(pg.run)
+                store.notify_in_transaction = pg.notify_in_transaction
+                store.notify_payloads = pg.payload
+                notifier = pg
+            else:
+                notifier = LocalNotifier()
+            # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
+            mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
+            app.state.mesh = mesh
+            tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
+            # Everything alive now (modules, the app, its routes and models) lives as long as the process: moved out
+            # of the collector's generations, a full collection no longer walks it (measured: a 100 ms gen-2 pause
+            # under load, a wake-up's p99 several times its median).
+            gc.freeze()
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()

@@ -628,6 +628,8 @@ class SqlMeshStore:
         self.notify_payloads: Callable[[Sequence[str]], tuple[str | None, str | None]] | None = None
         self._serial = anyio.Lock() if engine.dialect.name == "sqlite" else None
         self.serial = self._serial is not None
+        # SQLite: one connection kept for the store's serial transactions (see transaction); closed by ``aclose``.
+        self._held: AsyncConnection | None = None
 
     def remember_token(self, token_hash: str, agent_id: str) -> None:
         if len(self.token_ids) >= MAX_HINTS:
@@ -659,8 +661,23 @@ class SqlMeshStore:
         # SQLite has one writer at a time and every transaction here is BEGIN IMMEDIATE: connections racing for the
         # lock would wait in SQLite's busy handler, which sleeps (1, 2, 5, 10 … ms) instead of waking when the lock
         # frees. Queueing in-process hands the lock over at once; the busy handler still covers other writers.
-        async with self._serial, self.engine.begin() as conn:
-            yield SqlMeshTx(conn, self)
+        # The transactions are serial anyway, so they share one connection kept out of the pool: returning it would
+        # cost a rollback (a hop to aiosqlite's thread) between the commit and the wake-ups.
+        async with self._serial:
+            if self._held is None or self._held.closed or self._held.invalidated:
+                self._held = await self.engine.connect()
+            conn = self._held
+            async with conn.begin():
+                yield SqlMeshTx(conn, self)
+
+    async def aclose(self) -> None:
+        """Give back the connection kept for SQLite's serial transactions (before the engine is disposed)."""
+        if self._serial is None:
+            return
+        async with self._serial:
+            held, self._held = self._held, None
+            if held is not None:
+                await held.close()
 
 
 __all__ = ["SqlMeshStore", "SqlMeshTx"]
