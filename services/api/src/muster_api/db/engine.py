@@ -9,7 +9,6 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
-from sqlalchemy.util.concurrency import await_
 
 from muster_api.db.url import is_sqlite, sqlite_path
 
@@ -54,9 +53,7 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
     def _on_begin(conn: Any) -> None:
         # IMMEDIATE takes the write lock up front: a deferred transaction that later writes can fail with
         # SQLITE_BUSY without waiting (lock upgrade deadlock), which busy_timeout does not cover.
-        # Sent on aiosqlite's own connection: one hop to its thread, where SQLAlchemy's cursor adapter takes three
-        # (cursor, execute, close) — measured on the mesh send path, whose p99 wake latency it is part of.
-        await_(conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _ping_idle(engine: AsyncEngine) -> None:
