@@ -9,7 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from muster_a2a import CardCache, load_agents, remote_agent
-from tests.a2a.peers import a2a_peer, free_socket, raw_peer
+from tests.a2a.peers import a2a_peer, raw_peer
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -29,15 +30,8 @@ def v1_card(name: str, url: str, binding: str = "JSONRPC") -> dict[str, object]:
     }
 
 
-def unused_port() -> int:
-    sock = free_socket()
-    port: int = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 async def test_unreachable_port() -> None:
-    agent = await remote_agent(f"http://127.0.0.1:{unused_port()}", card_cache=CardCache())
+    agent = await remote_agent(f"http://127.0.0.1:{free_port()}", card_cache=CardCache())
     assert (agent.card, agent.tools) == (None, [])
     assert agent.error is not None and agent.error.startswith("unreachable")
 
@@ -210,7 +204,7 @@ async def test_one_bad_agent_among_good_ones_and_collisions() -> None:
                 "a-twin": {"card": one.base, "poll-every": 20},
                 "c-other": {"card": three.base, "poll_every": 20},
                 "d-broken": {"card": broken.base},
-                "e-down": {"card": f"http://127.0.0.1:{unused_port()}"},
+                "e-down": {"card": f"http://127.0.0.1:{free_port()}"},
                 "f-off": {"card": one.base, "enabled": False},
                 "g-nocard": {"url": one.base},
             }

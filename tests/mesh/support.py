@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from muster_api.runtime import Runtime
 from muster_api.settings import Settings
 from muster_mesh import FakeClock
 from tests.support.app import serve
+from tests.support.net import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,13 +59,6 @@ async def join(client: httpx.AsyncClient, agent_id: str, **fields: Any) -> str:
     token = r.json()["token"]
     assert isinstance(token, str)
     return token
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -33,7 +33,7 @@ from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes import anthropic
 from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.plans import Fail, Reply, ToolCall
-from tests.dispatch.fakes.server import free_port
+from tests.support.net import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from tests.dispatch.fakes import anthropic, openai
 from tests.dispatch.fakes.plans import Plan, Reply, Script, ToolCall
-from tests.dispatch.fakes.server import free_port
+from tests.support.net import free_port
 
 TRANSCRIPTS = Path(__file__).resolve().parent.parent / "transcripts"
 RESET_EPOCH = 1893456000  # 2030-01-01T00:00:00Z: far enough that the CLI prints a date, fixed so captures are stable

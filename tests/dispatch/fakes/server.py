@@ -6,7 +6,6 @@ that sync fixtures and async tests can share one server.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,13 +14,7 @@ from typing import Any
 
 import uvicorn
 
-
-def free_port() -> int:
-    """A port nobody listens on right now (used for the connection-refused scenarios too)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.support.net import free_port
 
 
 @contextmanager

@@ -1,0 +1,13 @@
+"""Loopback ports for the servers tests start."""
+
+from __future__ import annotations
+
+import socket
+
+
+def free_port() -> int:
+    """A 127.0.0.1 port nobody listens on right now (also the target of the connection-refused scenarios)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
