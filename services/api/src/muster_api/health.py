@@ -36,4 +36,4 @@ async def readyz(request: Request) -> Any:
         return problem(503, f"database unreachable: {type(exc).__name__}", instance="/readyz")
     if current != head:
         return problem(503, f"migrations not at head: database at {current}, code at {head}", instance="/readyz")
-    return JSONResponse({"status": "ready", "database": runtime.dialect, "revision": current})
+    return JSONResponse({"status": "ready", "database": runtime.dialect.name, "revision": current})
