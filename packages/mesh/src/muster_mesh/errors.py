@@ -12,7 +12,7 @@ MeshError                      root: anything the mesh refuses
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
-├── InvalidCursor              an ack beyond the last message of the inbox (422)
+├── InvalidCursor              an ack or a read beyond the last message of the inbox (422)
 ├── MessageTooLarge            a message body over the size bound (413)
 └── InvalidRequest             a request the models accept but the mesh cannot (422)
     └── InvalidAddress         a message without exactly one of to / role / repo / cap
@@ -126,12 +126,12 @@ class IdempotencyConflict(MeshError):
 class InvalidCursor(MeshError):
     code = "invalid_cursor"
 
-    def __init__(self, cursor: int, last_seq: int) -> None:
+    def __init__(self, cursor: int, last_seq: int, *, field: str = "cursor") -> None:
         super().__init__(
-            f"cursor {cursor} is beyond the last message of this inbox ({last_seq})",
+            f"{field} {cursor} is beyond the last message of this inbox ({last_seq})",
             cursor=cursor,
             last_seq=last_seq,
-            field="cursor",
+            field=field,
         )
 
 

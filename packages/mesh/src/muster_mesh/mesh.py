@@ -421,10 +421,10 @@ class Mesh:
                     await self._direct_target(tx, request.to, now)
                     return SendPreview(recipients=[request.to]), {}
                 seqs = {}
+                # A serial store renewed the sender above; a message to oneself is delivered like any other.
                 for agent_id in sorted({sender.agent_id, request.to}):
-                    if agent_id == sender.agent_id and serial:
-                        continue  # renewed above
-                    if agent_id == sender.agent_id and not await tx.touch(agent_id, hashed, now, expires_at):
+                    touch = agent_id == sender.agent_id and not serial
+                    if touch and not await tx.touch(agent_id, hashed, now, expires_at):
                         raise InvalidToken("the token's session ended meanwhile; check in again")
                     if agent_id == request.to:
                         seqs = await tx.bump([agent_id], now)
@@ -531,6 +531,10 @@ class Mesh:
         now = self._now()
         async with self.store.transaction() as tx:
             agent = await self._caller(tx, token, now, renew=True)
+            if after is not None and after > agent.last_seq:
+                # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
+                # silently skip every message up to it.
+                raise InvalidCursor(after, agent.last_seq, field="after")
             start = agent.read_cursor if after is None else max(after, agent.floor_seq)
             entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit + 1)
         shown = entries[:limit]

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger("muster.access")
@@ -88,9 +89,9 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    from muster_api.errors import PayloadTooLargeError
-
-                    raise PayloadTooLargeError(f"request body exceeds {self.limit} bytes")
+                    # An HTTPException is the one error FastAPI lets through its body parsing (any other becomes a
+                    # 400): its handler answers the 413 problem.
+                    raise HTTPException(413, f"request body exceeds {self.limit} bytes")
             return message
 
         await self.app(scope, _receive, send)
