@@ -73,7 +73,15 @@ async def test_body_over_limit_is_413(tmp_path: object) -> None:
 
 async def test_api_key_guard(tmp_path: object) -> None:
     async with running(_app(tmp_path, api_keys=["k-one", "k-two"])) as client:
-        assert (await client.get("/healthz")).status_code == 200
+        for method in ("GET", "HEAD"):
+            for path in ("/healthz", "/readyz"):
+                assert (await client.request(method, path)).status_code == 200, (method, path)
+        # The API's description is part of the API: it needs a key too.
+        for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect", "/mesh/agents"):
+            assert (await client.get(path)).status_code == 401, path
+            assert (await client.get(path, headers={"X-API-Key": "k-one"})).status_code == 200, path
+        # Open paths are open to reading only.
+        assert (await client.post("/healthz")).status_code == 401
         assert (await client.post("/probe", json={"name": "a", "count": 1})).status_code == 401
         wrong = await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "nope"})
         assert wrong.status_code == 403
@@ -87,3 +95,10 @@ async def test_secrets_never_logged(tmp_path: object, caplog: pytest.LogCaptureF
         await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "sekrit-key-123"})
     assert any("path=/probe status=200" in r.getMessage() for r in caplog.records)
     assert all("sekrit-key-123" not in r.getMessage() for r in caplog.records)
+
+
+async def test_head_healthz_and_readyz_answer_without_a_body(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        for path in ("/healthz", "/readyz"):
+            r = await client.head(path)
+            assert r.status_code == 200 and r.content == b"", path

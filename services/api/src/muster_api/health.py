@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from muster_api.db.migrate import current_revision, head_revision
@@ -18,6 +18,11 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", summary="The process is alive")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.head("/healthz", summary="The process is alive (status only)")
+async def healthz_head() -> Response:
+    return Response(status_code=200)
 
 
 @router.get(
@@ -37,3 +42,15 @@ async def readyz(request: Request) -> Any:
     if current != head:
         return problem(503, f"migrations not at head: database at {current}, code at {head}", instance="/readyz")
     return JSONResponse({"status": "ready", "database": runtime.dialect, "revision": current})
+
+
+@router.head(
+    "/readyz",
+    summary="Readiness as a status only (200 or 503)",
+    responses={503: {"description": "not ready (GET /readyz says why)"}},
+)
+async def readyz_head(request: Request) -> Response:
+    ready: Response = await readyz(request)
+    return Response(
+        status_code=ready.status_code, headers={k: v for k, v in ready.headers.items() if k == "retry-after"}
+    )

@@ -14,7 +14,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
+# What a load balancer or an orchestrator probes without credentials. Everything else, the API's own description
+# (/docs, /openapi.json) included, needs a key once keys are set.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_METHODS = frozenset({"GET", "HEAD"})
 
 
 async def _send_problem(
@@ -98,14 +101,19 @@ class BodyLimit:
 
 
 class ApiKeyGuard:
-    """When MUSTER_API_KEYS is set, every request but health and docs needs one of them in ``X-API-Key``."""
+    """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs one of them in
+    ``X-API-Key``."""
 
     def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+        if (
+            scope["type"] != "http"
+            or not self.keys
+            or (scope["path"] in OPEN_PATHS and scope["method"] in OPEN_METHODS)
+        ):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
