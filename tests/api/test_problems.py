@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import text
 
 from muster_api.app import create_app
 from muster_api.errors import NotReadyError
@@ -29,6 +32,15 @@ def _app(tmp_path: object, **settings: object):  # type: ignore[no-untyped-def]
     @probe.get("/not-ready")
     async def not_ready() -> None:
         raise NotReadyError("warming up")
+
+    @probe.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("secret-token-in-a-message")
+
+    @probe.get("/bad-sql")
+    async def bad_sql(request: Request) -> None:
+        async with request.app.state.runtime.engine.connect() as conn:
+            await conn.execute(text("SELECT no_such_column FROM no_such_table WHERE x = :p"), {"p": "secret-param"})
 
     app.include_router(probe)
     return app
@@ -102,3 +114,24 @@ async def test_head_healthz_and_readyz_answer_without_a_body(tmp_path: object) -
         for path in ("/healthz", "/readyz"):
             r = await client.head(path)
             assert r.status_code == 200 and r.content == b"", path
+
+
+@pytest.mark.parametrize(("path", "secret"), [("/boom", "secret-token-in-a-message"), ("/bad-sql", "secret-param")])
+async def test_a_500_is_one_log_line_with_the_id_the_answer_carries(
+    tmp_path: object, caplog: pytest.LogCaptureFixture, path: str, secret: str
+) -> None:
+    caplog.set_level("DEBUG")
+    async with running(_app(tmp_path)) as client:
+        caplog.clear()
+        r = await client.get(path)
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+    error_id = r.json()["error_id"]
+    assert error_id in r.json()["detail"] and secret not in r.text
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(errors) == 1, [rec.getMessage() for rec in errors]
+    (line,) = errors
+    assert error_id in line.getMessage() and line.exc_info is None and "\n" not in line.getMessage()
+    assert all(secret not in rec.getMessage() for rec in caplog.records), [
+        (rec.name, rec.getMessage()) for rec in caplog.records if secret in rec.getMessage()
+    ]
+    assert all(secret not in (rec.exc_text or "") for rec in caplog.records)

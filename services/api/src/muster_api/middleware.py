@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from muster_api.problems import unhandled
+
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -130,3 +132,31 @@ class ApiKeyGuard:
             await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
             return
         await self.app(scope, receive, send)
+
+
+class Unhandled:
+    """Answers an error no exception handler answered (``problems.unhandled``: 503 for an unreachable database, else
+    a 500 with an error id) and does not re-raise it, so that it is logged once, in one line. An error after the
+    answer started (a stream) can only end the response: it is logged the same way."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def _send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        except Exception as exc:
+            response = unhandled(exc, scope["method"], scope["path"])
+            if not started:
+                await response(scope, receive, send)
