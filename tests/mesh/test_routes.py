@@ -458,3 +458,29 @@ async def test_a_read_cursor_beyond_the_inbox_is_refused(db_url: str) -> None:
         problem(await client.get("/mesh/inbox/stream", headers={**auth(bob), "Last-Event-ID": "5"}), 422)
         bad = await client.get("/mesh/inbox/stream", headers={**auth(bob), "Last-Event-ID": "9223372036854775808"})
         assert rule_of(problem(bad, 422)) == {("Last-Event-ID", "int_parsing")}
+
+
+async def test_fan_out_is_rate_limited_per_sender(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_MESH_FANOUT_PER_MINUTE", "3")
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        runaway = await join(client, "runaway")
+        calm = await join(client, "calm")
+        qa = await join(client, "qa", role="qa")
+        fan = {"role": "qa", "body": "x", "confirm": True}
+        for _ in range(3):
+            assert (await client.post("/mesh/messages", json=fan, headers=auth(runaway))).status_code == 200
+        # Previews and direct messages do not count and are not limited.
+        preview = await client.post("/mesh/messages", json={"role": "qa", "body": "x"}, headers=auth(runaway))
+        assert preview.status_code == 200
+        direct = {"to": "qa", "body": "x", "confirm": True}
+        assert (await client.post("/mesh/messages", json=direct, headers=auth(runaway))).status_code == 200
+        limited = await client.post("/mesh/messages", json=fan, headers=auth(runaway))
+        body = problem(limited, 429, "rate_limited")
+        assert limited.headers["retry-after"] == "20" and body["per_minute"] == 3
+        assert (await client.post("/mesh/messages", json=fan, headers=auth(calm))).status_code == 200, "per sender"
+        clock.advance(20)
+        assert (await client.post("/mesh/messages", json=fan, headers=auth(runaway))).status_code == 200
+        problem(await client.post("/mesh/messages", json=fan, headers=auth(runaway)), 429, "rate_limited")
+        stored = (await client.get("/mesh/inbox?limit=500", headers=auth(qa))).json()["messages"]
+        assert [m["from"] for m in stored] == ["runaway"] * 4 + ["calm", "runaway"], "refused sends stored nothing"

@@ -14,12 +14,14 @@ MeshError                      root: anything the mesh refuses
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
 ├── InvalidCursor              an ack or a read beyond the last message of the inbox (422)
 ├── MessageTooLarge            a message body over the size bound (413)
+├── RateLimited                fan-out sends of one sender over its rate (429, with retry_after)
 └── InvalidRequest             a request the models accept but the mesh cannot (422)
     └── InvalidAddress         a message without exactly one of to / role / repo / cap
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -142,6 +144,19 @@ class MessageTooLarge(MeshError):
         super().__init__(
             f"body is {size} bytes (UTF-8); the limit is {limit} bytes", size=size, limit=limit, field="body"
         )
+
+
+class RateLimited(MeshError):
+    code = "rate_limited"
+
+    def __init__(self, agent_id: str, per_minute: int, retry_after: float) -> None:
+        super().__init__(
+            f"{agent_id!r} sent more than {per_minute} role/repo/cap fan-out messages a minute; retry in "
+            f"{math.ceil(retry_after)} s (direct messages are not limited)",
+            per_minute=per_minute,
+            retry_after_seconds=round(retry_after, 1),
+        )
+        self.retry_after = retry_after
 
 
 class InvalidRequest(MeshError):

@@ -30,6 +30,7 @@ from muster_mesh.errors import (
     LeaseExpired,
     MessageTooLarge,
     NotTheHolder,
+    RateLimited,
     RecipientExpired,
     RecipientNotFound,
     TokenRequired,
@@ -54,6 +55,7 @@ from muster_mesh.models import (
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
+from muster_mesh.ratelimit import TokenBuckets
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -88,6 +90,9 @@ class MeshLimits:
     default_page: int = 100
     max_page: int = 500
     max_fanout: int = 10_000
+    # Confirmed role/repo/cap sends per sender and minute (a burst of this many, then this rate): one runaway agent
+    # cannot flood every inbox. Direct messages are not limited.
+    fanout_per_minute: int = 60
     read_retention: timedelta = timedelta(days=7)
     expired_agent_retention: timedelta = timedelta(days=7)
     idempotency_ttl: timedelta = timedelta(hours=24)
@@ -144,6 +149,7 @@ class Mesh:
         self.notifier: Notifier = notifier if notifier is not None else LocalNotifier()
         self.clock = clock
         self.limits = limits or MeshLimits()
+        self._fanout = TokenBuckets(self.limits.fanout_per_minute)
 
     # ------------------------------------------------------------------ helpers
 
@@ -438,6 +444,9 @@ class Mesh:
                 candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
                 if not request.confirm:
                     return SendPreview(recipients=candidates), {}
+                wait = self._fanout.take(sender.agent_id, now)
+                if wait:
+                    raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
                 # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
                 # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
                 await tx.lock_agents([*candidates, sender.agent_id])

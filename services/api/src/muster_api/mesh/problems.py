@@ -15,6 +15,7 @@ from muster_mesh import (
     MeshAuthError,
     MeshError,
     MessageTooLarge,
+    RateLimited,
     RecipientExpired,
 )
 
@@ -27,5 +28,6 @@ STATUS: dict[type[Exception], int] = {
     IdempotencyConflict: 409,
     InvalidCursor: 422,
     MessageTooLarge: 413,
+    RateLimited: 429,  # with Retry-After
     InvalidRequest: 422,  # and InvalidAddress
 }
