@@ -249,9 +249,20 @@ async def test_idempotency(db_url: str) -> None:
 
         checkin = {"agent_id": "carol", "role": "qa", "confirm": True}
         made = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
-        replay = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
-        assert replay.headers["idempotent-replayed"] == "true" and "token" not in replay.json()
-        assert {k: v for k, v in made.json().items() if k != "token"} == replay.json()
+        assert made.json()["token"]
+        # The token was given once and only its hash is kept: the retry is told so, and how to get another.
+        retried = problem(
+            await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"}),
+            409,
+            "token_given_once",
+        )
+        assert "takeover: true" in retried["detail"] and made.json()["token"] not in str(retried)
+        # A renewal (with the token) made no token: its retry replays the record.
+        renew = {"agent_id": "carol", "status": "renewed", "confirm": True}
+        key = {**auth(made.json()["token"]), "Idempotency-Key": "c-2"}
+        first = await client.post("/mesh/checkin", json=renew, headers=key)
+        replay = await client.post("/mesh/checkin", json=renew, headers=key)
+        assert replay.headers["idempotent-replayed"] == "true" and replay.json() == first.json()
         other = await client.post("/mesh/checkin", json={**checkin, "role": "x"}, headers={"Idempotency-Key": "c-1"})
         problem(other, 409, "idempotency_conflict")
         ack = {"cursor": 1, "confirm": True}
@@ -484,3 +495,47 @@ async def test_fan_out_is_rate_limited_per_sender(db_url: str, monkeypatch: pyte
         problem(await client.post("/mesh/messages", json=fan, headers=auth(runaway)), 429, "rate_limited")
         stored = (await client.get("/mesh/inbox?limit=500", headers=auth(qa))).json()["messages"]
         assert [m["from"] for m in stored] == ["runaway"] * 4 + ["calm", "runaway"], "refused sends stored nothing"
+
+
+async def test_a_lost_token_is_taken_over(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        lost = await join(client, "alice", role="builder", status="building")
+        bob = await join(client, "bob")
+        await client.post("/mesh/messages", json={"to": "alice", "body": "unread", "confirm": True}, headers=auth(bob))
+        taken = problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}), 401)
+        assert taken["code"] == "agent_id_in_use" and "takeover: true" in taken["detail"]
+        problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": "yes", "confirm": True}), 422)
+        before = (await client.get("/mesh/agents")).json()
+        preview = await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": True})
+        assert preview.json()["preview"] is True and preview.json()["action"] == "takeover"
+        assert (await client.get("/mesh/agents")).json() == before, "the preview took nothing over"
+        assert (await client.get("/mesh/inbox", headers=auth(lost))).status_code == 200, "the old token still works"
+        stolen = {"agent_id": "alice", "takeover": True, "confirm": True}
+        problem(await client.post("/mesh/checkin", json=stolen, headers=auth(bob)), 403, "not_the_holder")
+
+        clock.advance(10)
+        took = await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": True, "confirm": True})
+        assert took.status_code == 200, took.text
+        fresh = took.json()["token"]
+        assert fresh and fresh != lost
+        assert (took.json()["role"], took.json()["status"]) == ("builder", "building"), "unset fields carry over"
+        page = (await client.get("/mesh/inbox", headers=auth(fresh))).json()
+        assert [m["body"] for m in page["messages"]] == ["unread"], "the inbox carries over"
+
+        old_calls = [
+            ("GET", "/mesh/inbox", None),
+            ("GET", "/mesh/agents", None),
+            ("POST", "/mesh/messages", {"to": "bob", "body": "x", "confirm": True}),
+            ("POST", "/mesh/messages", {"to": "alice", "body": "x", "confirm": True}),
+            ("POST", "/mesh/messages", {"role": "none", "body": "x", "confirm": True}),
+            ("POST", "/mesh/inbox/ack", {"cursor": 0, "confirm": True}),
+            ("POST", "/mesh/checkin", {"agent_id": "alice", "confirm": True}),
+            ("POST", "/mesh/checkout", {"confirm": True}),
+        ]
+        for method, path, body in old_calls:
+            r = await client.request(method, path, json=body, headers=auth(lost))
+            gone = problem(r, 401, "superseded")
+            assert gone["agent_id"] == "alice" and gone["superseded_at"], (method, path)
+        assert (await client.get("/mesh/inbox", headers=auth(fresh))).status_code == 200
+        assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"] == [], "nothing was sent"

@@ -23,6 +23,8 @@ from muster_mesh.errors import (
     RateLimited,
     RecipientExpired,
     RecipientNotFound,
+    Superseded,
+    TokenGivenOnce,
     TokenRequired,
 )
 from muster_mesh.memory import InMemoryMeshStore
@@ -109,8 +111,10 @@ __all__ = [
     "SendRequest",
     "SendResult",
     "Subscription",
+    "Superseded",
     "SweepPolicy",
     "SweepReport",
+    "TokenGivenOnce",
     "TokenRequired",
     "default_ttl",
     "pane_from_env",

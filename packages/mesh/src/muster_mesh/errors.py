@@ -5,6 +5,7 @@ MeshError                      root: anything the mesh refuses
 │   ├── TokenRequired          no token presented where one is needed
 │   │   └── IdentityConflict   check-in of a live agent_id without its token (would steal a live identity)
 │   ├── InvalidToken           the token is not any agent's session
+│   │   └── Superseded         the token's session was taken over by a check-in with ``takeover``
 │   └── LeaseExpired           the token's session lease ran out (or it checked out): check in anew
 ├── Forbidden                  credentials of someone else (403)
 │   └── NotTheHolder           check-in of a live agent_id with another session's token
@@ -12,6 +13,7 @@ MeshError                      root: anything the mesh refuses
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
+├── TokenGivenOnce             a retried check-in that made a token: the token is not repeated (409)
 ├── InvalidCursor              an ack or a read beyond the last message of the inbox (422)
 ├── MessageTooLarge            a message body over the size bound (413)
 ├── RateLimited                fan-out sends of one sender over its rate (429, with retry_after)
@@ -55,7 +57,8 @@ class IdentityConflict(TokenRequired):
     def __init__(self, agent_id: str, expires_at: datetime) -> None:
         super().__init__(
             f"agent_id {agent_id!r} is held by a live session until {expires_at.isoformat()}; present its token "
-            "(Authorization: Bearer …) to renew it, or choose another agent_id",
+            "(Authorization: Bearer …) to renew it, check in with takeover: true if that token is lost (it then "
+            "stops working), or choose another agent_id",
             agent_id=agent_id,
             expires_at=expires_at.isoformat(),
         )
@@ -63,6 +66,18 @@ class IdentityConflict(TokenRequired):
 
 class InvalidToken(MeshAuthError):
     code = "invalid_token"
+
+
+class Superseded(InvalidToken):
+    code = "superseded"
+
+    def __init__(self, agent_id: str, at: str) -> None:
+        super().__init__(
+            f"this token's session of {agent_id!r} was taken over at {at} by a check-in with takeover: true; the "
+            "token no longer works. Check in again (with takeover: true to take the agent_id back)",
+            agent_id=agent_id,
+            superseded_at=at,
+        )
 
 
 class LeaseExpired(MeshAuthError):
@@ -122,6 +137,18 @@ class IdempotencyConflict(MeshError):
             f"idempotency key {key!r} was already used for a different {operation} request",
             idempotency_key=key,
             operation=operation,
+        )
+
+
+class TokenGivenOnce(MeshError):
+    code = "token_given_once"
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(
+            f"this check-in (same Idempotency-Key) already started the session of {agent_id!r}, and its token is "
+            "given once, in the first answer (only its hash is kept). If that answer was lost, check in with "
+            "takeover: true and a new Idempotency-Key: a new token is issued and the lost one stops working",
+            agent_id=agent_id,
         )
 
 

@@ -37,7 +37,7 @@ Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=r
 Body = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\x00]+$")]
 Cursor = Annotated[int, Field(ge=0, le=MAX_SEQ)]
 
-Action = Literal["create", "renew"]
+Action = Literal["create", "renew", "takeover"]
 
 
 class Strict(BaseModel):
@@ -60,6 +60,12 @@ class CheckinRequest(Strict):
     )
     confirm: bool = Field(
         default=False, strict=True, description="Must be true to act; otherwise the answer is a preview."
+    )
+    takeover: bool = Field(
+        default=False,
+        strict=True,
+        description="Without a token: take over a live agent_id whose token was lost. A new token is issued, the "
+        "inbox and unset fields carry over, and the old token answers 401 `superseded` from then on.",
     )
 
 
