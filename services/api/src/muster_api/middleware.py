@@ -13,7 +13,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json", "/docs/oauth2-redirect"})
+# The pages and their assets hold no data: the dashboard asks for a key itself when the API answers 401.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/"})
+OPEN_PREFIXES = ("/ui/",)
 
 
 async def _send_problem(
@@ -96,6 +98,10 @@ class BodyLimit:
         await self.app(scope, _receive, send)
 
 
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 class ApiKeyGuard:
     """When MUSTER_API_KEYS is set, every request but health and docs needs one of them in ``X-API-Key``."""
 
@@ -104,7 +110,7 @@ class ApiKeyGuard:
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or not self.keys or _open(scope["path"]):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
