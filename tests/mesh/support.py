@@ -91,6 +91,9 @@ def server_process(db_url: str, **env: str) -> Iterator[ServerProcess]:
     }
     argv = [sys.executable, "-m", "uvicorn", "muster_api.app:app_from_env", "--factory"]
     argv += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    # uvicorn closes a keep-alive connection after 5 s idle; a client reusing it at that instant reads a reset
+    # (httpx.ReadError) on a loaded machine. Tests keep their pools for their whole run, so idle ones stay open.
+    argv += ["--timeout-keep-alive", "300"]
     process = subprocess.Popen(argv, env=environ, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = ServerProcess(db_url, port, process)
     try:
