@@ -22,10 +22,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from muster_api.app import create_app  # noqa: E402
-from muster_api.settings import Settings  # noqa: E402
 from tests.support.databases import PostgresServer  # noqa: E402
 from tests.support.live import live_server  # noqa: E402
+
+from muster_api.app import create_app  # noqa: E402
+from muster_api.settings import Settings  # noqa: E402
 
 AGENTS = 100
 WARMUP = 50
@@ -75,9 +76,8 @@ def measure(db_url: str, label: str) -> None:
     f, c = statistics.median(full), statistics.median(conditional)
     print(f"[{label}] {AGENTS} agents, {SAMPLES} polls of each kind")
     print(f"  full 200 (baseline)  median {f:6.2f} ms  p95 {percentile(full, 0.95):6.2f} ms  {full_bytes} bytes")
-    print(
-        f"  304 Not Modified     median {c:6.2f} ms  p95 {percentile(conditional, 0.95):6.2f} ms  {conditional_bytes} bytes"
-    )
+    c95 = percentile(conditional, 0.95)
+    print(f"  304 Not Modified     median {c:6.2f} ms  p95 {c95:6.2f} ms  {conditional_bytes} bytes")
     print(f"  ratio conditional/full: time {c / f:.2f}, bytes {conditional_bytes / max(full_bytes, 1):.3f}")
     print(f"  polls answered per second at the median: full {1000 / f:.0f}, conditional {1000 / c:.0f}")
 
