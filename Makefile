@@ -45,7 +45,8 @@ test: $(STAMP) ## Run the test suite (the PostgreSQL leg too when a server answe
 	@set -e; \
 	if [ -z "$${MUSTER_TEST_POSTGRES_URL:-}" ] && pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
 	  export MUSTER_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/postgres; fi; \
-	echo "PostgreSQL leg: $${MUSTER_TEST_POSTGRES_URL:+on}$${MUSTER_TEST_POSTGRES_URL:-off (no server on 127.0.0.1:5432)}"; \
+	if [ -n "$${MUSTER_TEST_POSTGRES_URL:-}" ]; then echo "PostgreSQL leg: on"; \
+	else echo "PostgreSQL leg: off (no server answers on 127.0.0.1:5432)"; fi; \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
