@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -31,8 +31,11 @@ from muster_mesh.errors import (
     LeaseExpired,
     MessageTooLarge,
     NotTheHolder,
+    RateLimited,
     RecipientExpired,
     RecipientNotFound,
+    Superseded,
+    TokenGivenOnce,
     TokenRequired,
 )
 from muster_mesh.models import (
@@ -42,6 +45,8 @@ from muster_mesh.models import (
     Action,
     AgentList,
     AgentView,
+    Backlog,
+    BacklogList,
     CheckinPreview,
     CheckinRecord,
     CheckinRequest,
@@ -55,6 +60,7 @@ from muster_mesh.models import (
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
+from muster_mesh.ratelimit import TokenBuckets
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -73,6 +79,12 @@ log = logging.getLogger("muster.mesh")
 R = TypeVar("R", bound=BaseModel)
 T = TypeVar("T")
 
+# Idempotency records double as the memory of taken-over sessions: keyed by the old token's hash in their own scope,
+# swept like any record once the old session could no longer have been live.
+SUPERSEDED_SCOPE = "superseded"
+# Marks a remembered check-in that answered a token (never stored itself).
+TOKEN_GIVEN = "token_given"
+
 SHORT_LEASE_ROLES = frozenset({"ping", "verification"})
 SHORT_TTL_SECONDS = 900
 WORKING_TTL_SECONDS = 3600
@@ -90,6 +102,9 @@ class MeshLimits:
     default_page: int = 100
     max_page: int = 500
     max_fanout: int = 10_000
+    # Confirmed role/repo/cap sends per sender and minute (a burst of this many, then this rate): one runaway agent
+    # cannot flood every inbox. Direct messages are not limited.
+    fanout_per_minute: int = 60
     read_retention: timedelta = timedelta(days=7)
     expired_agent_retention: timedelta = timedelta(days=7)
     idempotency_ttl: timedelta = timedelta(hours=24)
@@ -168,6 +183,7 @@ class Mesh:
         self.notifier: Notifier = notifier if notifier is not None else LocalNotifier()
         self.clock = clock
         self.limits = limits or MeshLimits()
+        self._fanout = TokenBuckets(self.limits.fanout_per_minute)
 
     # ------------------------------------------------------------------ helpers
 
@@ -184,22 +200,39 @@ class Mesh:
         return token_hash(token)
 
     @staticmethod
-    def _usable(agent: AgentRecord | None, now: datetime) -> AgentRecord:
+    async def _usable(tx: MeshTx, hashed: str, agent: AgentRecord | None, now: datetime) -> AgentRecord:
         if agent is None:
-            raise InvalidToken("the token is not the session of any agent; check in to get one")
-        if not agent.live_at(now):
+            await Mesh._unknown(tx, hashed)
+        elif not agent.live_at(now):
             raise LeaseExpired(agent.agent_id, agent.expires_at)
+        assert agent is not None
         return agent
+
+    @staticmethod
+    async def _unknown(tx: MeshTx, hashed: str) -> NoReturn:
+        """Refuse a token no agent holds, saying why when its session was taken over (off the hot path: only a
+        refused token costs the lookup)."""
+        superseded = await tx.get_idempotency(SUPERSEDED_SCOPE, hashed)
+        if superseded is not None:
+            raise Superseded(superseded.result["agent_id"], superseded.result["at"])
+        raise InvalidToken("the token is not the session of any agent; check in to get one")
 
     async def _caller(self, tx: MeshTx, token: str | None, now: datetime, *, renew: bool) -> AgentRecord:
         """The caller's live agent from its token; ``renew`` extends its lease (every acting call does)."""
         hashed = self._hash(token)
         agent = await (tx.renew(hashed, now) if renew else tx.find_by_token(hashed))
-        return self._usable(agent, now)
+        return await self._usable(tx, hashed, agent, now)
 
     async def _replayed(
         self, tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str, model: type[R]
     ) -> R | None:
+        result = await self._remembered(tx, scope, key, operation, fingerprint)
+        return None if result is None else model.model_validate({**result, "replayed": True})
+
+    @staticmethod
+    async def _remembered(
+        tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str
+    ) -> dict[str, Any] | None:
         if key is None:
             return None
         # A record stays binding until the sweeper removes it: honouring it a little past expires_at is harmless,
@@ -209,7 +242,7 @@ class Mesh:
             return None
         if record.operation != operation or record.fingerprint != fingerprint:
             raise IdempotencyConflict(key, operation)
-        return model.model_validate({**record.result, "replayed": True})
+        return dict(record.result)
 
     async def _remember(
         self,
@@ -244,6 +277,8 @@ class Mesh:
 
         A live agent_id is renewed only with its own token; an expired (or checked-out) one is claimed anew: a new
         session, a new token, a fresh and empty inbox."""
+        # Two tries: a concurrent first check-in or a concurrent same-key retry may win the race once; the second
+        # run then sees its row and answers from it (refusal or replay).
         return await _replaying(lambda: self._checkin(request, token, idempotency_key))
 
     async def _checkin(
@@ -257,19 +292,21 @@ class Mesh:
         )
         async with self.store.transaction() as tx:
             if request.confirm:
-                replayed = await self._replayed(tx, scope, key, "checkin", fingerprint, CheckinRecord)
-                if replayed is not None:
-                    return replayed
+                remembered = await self._remembered(tx, scope, key, "checkin", fingerprint)
+                if remembered is not None:
+                    if remembered.pop(TOKEN_GIVEN, False):
+                        raise TokenGivenOnce(request.agent_id)
+                    return CheckinRecord.model_validate({**remembered, "replayed": True})
             if request.confirm and presented is not None and key is None:
                 # The common case, a live agent renewing its own lease: one statement.
                 renewed = await self._renew_checkin(tx, request, presented, now)
                 if renewed is not None:
                     return renewed
             current = await tx.get_agent(request.agent_id, for_update=True)
-            action = self._checkin_action(current, presented, now)
-            minted = new_token() if action == "create" else None
+            action = await self._checkin_action(tx, request, current, presented, now)
+            minted = new_token() if action != "renew" else None
             hashed = token_hash(minted) if minted else (presented or "")
-            record = self._checkin_record(request, current if action == "renew" else None, current, hashed, now)
+            record = self._checkin_record(request, current if action != "create" else None, current, hashed, now)
             shown = view(record, now)
             if not request.confirm:
                 return CheckinPreview(action=action, agent=shown)
@@ -278,9 +315,12 @@ class Mesh:
                     raise _Replay
             else:
                 await tx.replace_agent(record)
+            if action == "takeover" and current is not None:
+                await self._supersede(tx, current, now)
             result = CheckinRecord(**shown.__dict__, token=minted, action=action)
-            # The token is stored only as a hash: a replay answers the record without it.
-            remembered = result.model_dump(mode="json", exclude={"token"})
+            # The token is stored only as a hash: a retry of a check-in that made one is told so, and how to get
+            # another (TokenGivenOnce), rather than answered a record it cannot use.
+            remembered = {**result.model_dump(mode="json", exclude={"token"}), TOKEN_GIVEN: minted is not None}
             await self._remember(tx, scope, key, "checkin", fingerprint, remembered, now)
             return result
 
@@ -297,17 +337,6 @@ class Mesh:
         )
         renewed = await tx.renew_checkin(request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes)
         return CheckinRecord(**view(renewed, now).__dict__, action="renew") if renewed is not None else None
-
-    @staticmethod
-    def _checkin_action(current: AgentRecord | None, presented: str | None, now: datetime) -> Action:
-        """``renew`` a live session by its own token, ``create`` a new one where none is live; refuse the rest."""
-        if current is None or not current.live_at(now):
-            return "create"
-        if presented is None:
-            raise IdentityConflict(current.agent_id, current.expires_at)
-        if presented != current.token_hash:
-            raise NotTheHolder(current.agent_id)
-        return "renew"
 
     @staticmethod
     def _checkin_record(
@@ -340,6 +369,38 @@ class Mesh:
             floor_seq=kept.floor_seq if kept else last_seq,
         )
 
+    @staticmethod
+    async def _checkin_action(
+        tx: MeshTx, request: CheckinRequest, current: AgentRecord | None, presented: str | None, now: datetime
+    ) -> Action:
+        """What a check-in does to the agent_id as it stands: refuses, renews, takes over or creates a session."""
+        if current is None or not current.live_at(now):
+            return "create"
+        if presented is None:
+            if request.takeover:
+                return "takeover"
+            raise IdentityConflict(current.agent_id, current.expires_at)
+        if presented != current.token_hash:
+            superseded = await tx.get_idempotency(SUPERSEDED_SCOPE, presented)
+            if superseded is not None and superseded.result["agent_id"] == current.agent_id:
+                raise Superseded(current.agent_id, superseded.result["at"])
+            raise NotTheHolder(current.agent_id)
+        return "renew"
+
+    async def _supersede(self, tx: MeshTx, previous: AgentRecord, now: datetime) -> None:
+        """Remember the taken-over session's token hash, so that its holder is told why it stopped working. Kept as
+        long as that session could have lasted."""
+        record = IdempotencyRecord(
+            scope=SUPERSEDED_SCOPE,
+            key=previous.token_hash,
+            operation="takeover",
+            fingerprint="",
+            result={"agent_id": previous.agent_id, "at": now.isoformat()},
+            created_at=now,
+            expires_at=max(previous.expires_at, now + self.limits.idempotency_ttl),
+        )
+        await tx.put_idempotency(record)
+
     # ------------------------------------------------------------------ directory
 
     async def list_agents(
@@ -365,6 +426,30 @@ class Mesh:
         shown = rows[:limit]
         return AgentList(
             agents=[view(a, now) for a in shown], next_cursor=shown[-1].agent_id if len(rows) > limit else None
+        )
+
+    async def backlog(
+        self,
+        *,
+        include_expired: bool = False,
+        role: str | None = None,
+        repo: str | None = None,
+        cap: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BacklogList:
+        """Unread counts per agent, a page of the directory at a time, for people watching the mesh. Read from the
+        counters every agent record keeps (no message is touched), so it renews no lease and needs no token."""
+        now = self._now()
+        limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
+        where = AgentFilter(live_at=None if include_expired else now, role=role, repo=repo, cap=cap)
+        async with self.store.transaction() as tx:
+            rows = await tx.list_agents(where, after=cursor, limit=limit + 1)
+        shown = [Backlog(agent_id=a.agent_id, unread=a.last_seq - a.read_cursor) for a in rows[:limit]]
+        return BacklogList(
+            agents=shown,
+            total=sum(b.unread for b in shown),
+            next_cursor=shown[-1].agent_id if len(rows) > limit else None,
         )
 
     async def get_agent(self, agent_id: str, *, token: str | None = None) -> AgentView:
@@ -426,8 +511,10 @@ class Mesh:
         # Where transactions overlap, read without a lock: the sender's row is renewed later, in agent_id order
         # with the recipients', so that two agents messaging each other cannot deadlock.
         if self.store.serial and ctx.request.confirm:
-            return self._usable(await ctx.tx.renew(ctx.hashed, ctx.now), ctx.now)
-        return self._usable(await ctx.tx.find_by_token(ctx.hashed), ctx.now)
+            found = await ctx.tx.renew(ctx.hashed, ctx.now)
+        else:
+            found = await ctx.tx.find_by_token(ctx.hashed)
+        return await self._usable(ctx.tx, ctx.hashed, found, ctx.now)
 
     async def _send_direct_unread(self, ctx: SendContext, to: str) -> tuple[SendResult, dict[str, InboxEntry]]:
         """The common direct send where transactions overlap: the token's agent_id comes from the store's cache (the
@@ -435,12 +522,12 @@ class Mesh:
         without a read first."""
         sender_id = await ctx.tx.agent_id_for(ctx.hashed)
         if sender_id is None:
-            raise InvalidToken("the token is not the session of any agent; check in to get one")
+            await self._unknown(ctx.tx, ctx.hashed)
         found: AgentRecord | None = None
         seqs: dict[str, int] = {}
         for agent_id in sorted({sender_id, to}):
             if agent_id == sender_id:
-                found = self._usable(await ctx.tx.renew(ctx.hashed, ctx.now), ctx.now)
+                found = await self._usable(ctx.tx, ctx.hashed, await ctx.tx.renew(ctx.hashed, ctx.now), ctx.now)
             if agent_id == to:
                 seqs = await ctx.tx.bump([agent_id], ctx.now)
         assert found is not None
@@ -453,12 +540,10 @@ class Mesh:
         if not ctx.request.confirm:
             await self._direct_target(ctx.tx, to, ctx.now)
             return SendPreview(recipients=[to]), {}
-        serial = self.store.serial
         seqs: dict[str, int] = {}
+        # A serial store renewed the sender when it was read; a message to oneself is delivered like any other.
         for agent_id in sorted({sender.agent_id, to}):
-            if agent_id == sender.agent_id and serial:
-                continue  # renewed when the sender was read
-            if agent_id == sender.agent_id:
+            if agent_id == sender.agent_id and not self.store.serial:
                 await self._touch_sender(ctx, sender)
             if agent_id == to:
                 seqs = await ctx.tx.bump([agent_id], ctx.now)
@@ -475,6 +560,9 @@ class Mesh:
         candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
         if not request.confirm:
             return SendPreview(recipients=candidates), {}
+        wait = self._fanout.take(sender.agent_id, ctx.now)
+        if wait:
+            raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
         # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and agents
         # messaging each other cannot deadlock. Leases are re-checked under the locks.
         await ctx.tx.lock_agents([*candidates, sender.agent_id])
@@ -575,6 +663,10 @@ class Mesh:
         now = self._now()
         async with self.store.transaction() as tx:
             agent = await self._caller(tx, token, now, renew=True)
+            if after is not None and after > agent.last_seq:
+                # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
+                # silently skip every message up to it.
+                raise InvalidCursor(after, agent.last_seq, field="after")
             start = agent.read_cursor if after is None else max(after, agent.floor_seq)
             entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit + 1)
         shown = entries[:limit]
@@ -642,7 +734,7 @@ class Mesh:
                     )
                     if replayed is not None:
                         return replayed
-            agent = self._usable(await tx.find_by_token(hashed), now)
+            agent = await self._usable(tx, hashed, await tx.find_by_token(hashed), now)
             if not request.confirm:
                 return CheckoutPreview(agent=view(agent, now))
             await tx.get_agent(agent.agent_id, for_update=True)

@@ -37,6 +37,7 @@ class MeshSettings(BaseSettings):
     read_retention_hours: float = Field(default=7 * 24, gt=0)
     expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
     sweep_seconds: float = Field(default=300.0, gt=0)
+    fanout_per_minute: int = Field(default=60, ge=1, le=100_000)
 
     def limits(self) -> MeshLimits:
         return MeshLimits(
@@ -44,6 +45,7 @@ class MeshSettings(BaseSettings):
             max_wait_seconds=self.max_wait_seconds,
             read_retention=timedelta(hours=self.read_retention_hours),
             expired_agent_retention=timedelta(hours=self.expired_agent_retention_hours),
+            fanout_per_minute=self.fanout_per_minute,
         )
 
 
