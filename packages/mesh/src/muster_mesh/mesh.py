@@ -39,6 +39,8 @@ from muster_mesh.errors import (
     TokenRequired,
 )
 from muster_mesh.models import (
+    MAX_PAGE,
+    MAX_WAIT_SECONDS,
     AckPreview,
     AckRequest,
     AckResult,
@@ -98,9 +100,9 @@ def default_ttl(role: str | None) -> int:
 @dataclass(frozen=True)
 class MeshLimits:
     max_message_bytes: int = 64 * 1024
-    max_wait_seconds: float = 60.0
+    max_wait_seconds: float = MAX_WAIT_SECONDS
     default_page: int = 100
-    max_page: int = 500
+    max_page: int = MAX_PAGE
     max_fanout: int = 10_000
     # Confirmed role/repo/cap sends per sender and minute (a burst of this many, then this rate): one runaway agent
     # cannot flood every inbox. Direct messages are not limited.
