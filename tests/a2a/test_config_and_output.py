@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 from a2a.types import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
 
-from muster_a2a import AgentConfigError, InMemoryCallStore, parse_agents_config, state_name, task_output
+from muster_a2a import AgentConfigError, parse_agents_config, state_name, task_output
 from muster_a2a.naming import VALID, tool_name, unique
-from muster_a2a.testing import check_call_store
 
 pytestmark = pytest.mark.anyio
 
@@ -92,7 +91,3 @@ def test_tool_names() -> None:
     assert len(long) == 64 and VALID.match(long)
     assert unique(long, [long]) == "x" * 62 + "_2"
     assert unique("a", ["a", "a_2"]) == "a_3"
-
-
-async def test_in_memory_store_conformance() -> None:
-    await check_call_store(InMemoryCallStore())

@@ -12,12 +12,7 @@ import httpx
 import pytest
 
 from muster_a2a import InMemoryCallStore
-from muster_api.a2a.store import SqlCallStore
-from muster_api.db.dialect import dialect_of
-from muster_api.db.engine import create_engine
-from muster_api.db.migrate import upgrade
 from muster_api.errors import ConfigurationError
-from muster_api.settings import Settings
 from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.support.app import serve
 
@@ -66,17 +61,6 @@ async def wait_for(client: httpx.AsyncClient, call_id: str, *, until: str, secon
             if until == "done" and body["result"] is not None:
                 return body
             await anyio.sleep(0.02)
-
-
-async def test_sql_store_conformance(db_url: str) -> None:
-    from muster_a2a.testing import check_call_store
-
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    try:
-        await upgrade(engine)
-        await check_call_store(SqlCallStore(engine, dialect_of(engine)))
-    finally:
-        await engine.dispose()
 
 
 async def test_agents_status_and_calls(db_url: str, tmp_path: Path, peers: tuple[Peer, Peer]) -> None:
