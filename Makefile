@@ -49,6 +49,10 @@ test: $(STAMP) ## Run the test suite (the PostgreSQL leg too when a server answe
 	else echo "PostgreSQL leg: off (no server answers on 127.0.0.1:5432)"; fi; \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+.PHONY: test-fast
+test-fast: $(STAMP) ## The test suite without the tests marked slow (real CLIs, browsers, server processes)
+	@$(MAKE) --no-print-directory test PYTEST_ARGS="-m 'not slow' $(PYTEST_ARGS)"
+
 .PHONY: lint
 lint: $(STAMP) ## ruff format check, ruff, import-linter contracts
 	$(VENV)/bin/ruff format --check .

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.databases import PostgresServer
+from tests.support.databases import PostgresServer, migrated_sqlite, sqlite_copy
 
 
 @pytest.fixture(scope="session")
@@ -34,9 +34,32 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.drop_all()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return migrated_sqlite(tmp_path_factory.mktemp("template") / "muster.db")
+
+
+LEGS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=LEGS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty database per test: a new SQLite file, or a new PostgreSQL database (dropped afterwards)."""
+    """A fresh database per test, at the migration head (a copy of the session's template): a new SQLite file, or a
+    new PostgreSQL database (dropped afterwards)."""
+    if request.param == "sqlite":
+        yield sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path / "muster.db")
+        return
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    url = server.create(migrated=True)
+    try:
+        yield url
+    finally:
+        server.drop(url)
+
+
+@pytest.fixture(params=LEGS)
+def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database the migration chain never ran on."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'muster.db'}"
         return
@@ -46,6 +69,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         server.drop(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A real coding-agent CLI or a real browser is slow by nature: such tests count as ``slow`` (``make test-fast``
+    leaves them out) without each saying so."""
+    for item in items:
+        if item.get_closest_marker("cli") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:

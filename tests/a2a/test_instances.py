@@ -117,7 +117,8 @@ async def test_one_instance_follows_and_another_takes_over_when_it_dies(db_url: 
             by_a = peer.get_tasks(task_id, x_instance="a")
             stored = (await b_client.get(f"/a2a/calls/{call_id}")).json()
             assert stored["result"] is None and stored["owner"] == a.owner, "the dead holder's lease still runs"
-            await anyio.sleep(0.2)  # several scans of b: the lease has not lapsed on the clock
+            for _ in range(3):  # scans of b: the lease has not lapsed on the clock
+                assert await b.resume_in_flight() == 0
             assert peer.get_tasks(task_id, x_instance="b") == 0 and call_id not in b.following
 
             clock.advance(LEASE + timedelta(seconds=1))

@@ -26,8 +26,8 @@ def test_single_linear_head() -> None:
         assert not rev.is_merge_point, f"{rev.revision} merges branches: keep the chain linear"
 
 
-async def test_upgrade_downgrade_upgrade_and_models_match(db_url: str) -> None:
-    engine = create_engine(Settings(database_url=db_url).database_url)
+async def test_upgrade_downgrade_upgrade_and_models_match(empty_db_url: str) -> None:
+    engine = create_engine(Settings(database_url=empty_db_url).database_url)
     try:
         await upgrade(engine)
         assert await current_revision(engine) == head_revision()

@@ -13,6 +13,9 @@ from muster_api.settings import Settings
 from tests.support.databases import PostgresServer
 from tests.support.net import free_port
 
+# Every test runs `muster` as a process (a cold interpreter each).
+pytestmark = pytest.mark.slow
+
 
 def muster(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
@@ -72,14 +75,14 @@ def test_a_missing_database_says_how_to_create_it(postgres_server: PostgresServe
         refused(muster(command, MUSTER_DATABASE_URL=url), "muster_never_created", "createdb", "does not exist")
 
 
-def test_an_unmigrated_database_without_migrate_on_startup_says_run_migrate(db_url: str) -> None:
+def test_an_unmigrated_database_without_migrate_on_startup_says_run_migrate(empty_db_url: str) -> None:
     line = refused(
-        muster("serve", MUSTER_DATABASE_URL=db_url, MUSTER_MIGRATE_ON_STARTUP="false"),
+        muster("serve", MUSTER_DATABASE_URL=empty_db_url, MUSTER_MIGRATE_ON_STARTUP="false"),
         "never migrated",
         "`muster migrate`",
     )
     assert "MUSTER_MIGRATE_ON_STARTUP" in line
-    migrated = muster("migrate", MUSTER_DATABASE_URL=db_url)
+    migrated = muster("migrate", MUSTER_DATABASE_URL=empty_db_url)
     assert migrated.returncode == 0, migrated.stderr
     assert "database at revision" in migrated.stdout
 

@@ -31,12 +31,8 @@ def _required() -> bool:
 @pytest.fixture(scope="session")
 def installed_clis() -> InstalledClis:
     """The pinned Claude Code and Codex, installed once per session by the package's bootstrap."""
-    try:
-        from muster_dispatch import DispatchError, claude_harness, codex_harness, ensure_cli
-    except ImportError as exc:  # the package is not there yet: nothing to test against
-        if _required():
-            pytest.fail(f"MUSTER_REQUIRE_CLIS is set but muster_dispatch cannot be imported: {exc}")
-        pytest.skip(f"muster_dispatch is not importable: {exc}")
+    from muster_dispatch import DispatchError, claude_harness, codex_harness, ensure_cli
+
     cache = os.environ.get("MUSTER_CLI_CACHE") or None
     try:
         claude = ensure_cli(claude_harness(), cache_dir=cache)

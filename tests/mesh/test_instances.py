@@ -13,7 +13,8 @@ from muster_api.mesh.notify import PgNotifier
 from tests.mesh.support import auth, join, mesh_app, server_process
 from tests.support.databases import PostgresServer
 
-pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+# Two server processes per test.
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.slow]
 
 
 @pytest.fixture

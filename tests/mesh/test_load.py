@@ -17,7 +17,8 @@ import pytest
 
 from tests.mesh.support import auth, join, server_process
 
-pytestmark = pytest.mark.anyio
+# Server processes under load.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SENDERS = 20
 PER_SENDER = 200

@@ -10,7 +10,8 @@ import pytest
 
 from tests.mesh.support import auth, join, server_process
 
-pytestmark = pytest.mark.anyio
+# A server process per test.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def events(
