@@ -444,27 +444,10 @@ class Mesh:
         now = self._now()
         hashed = self._hash(token)
         serial = self.store.serial
-        seqs: dict[str, int]
         fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
         async with self.store.transaction() as tx:
             if not serial and request.confirm and request.to is not None and request.idempotency_key is None:
-                # The common direct send where transactions overlap: the token's agent_id comes from the store's
-                # cache (the renewal verifies it), so the sender's renewal and the recipient's sequence are taken in
-                # agent_id order without a read first.
-                sender_id = await tx.agent_id_for(hashed)
-                if sender_id is None:
-                    await self._unknown(tx, hashed)
-                found: AgentRecord | None = None
-                seqs = {}
-                for agent_id in sorted({sender_id, request.to}):
-                    if agent_id == sender_id:
-                        found = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
-                    if agent_id == request.to:
-                        seqs = await tx.bump([agent_id], now)
-                assert found is not None
-                if not seqs:
-                    await self._direct_target(tx, request.to, now)
-                    raise AssertionError("unreachable: the target is live but was not bumped")
+                found, seqs = await self._fast_direct(tx, hashed, request.to, now)
                 return await self._store_message(tx, found, request, seqs, now, fingerprint)
             # Where transactions overlap, read without a lock: the sender's row is renewed below, in agent_id order
             # with the recipients', so that two agents messaging each other cannot deadlock.
@@ -472,44 +455,78 @@ class Mesh:
                 sender = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
             else:
                 sender = await self._usable(tx, hashed, await tx.find_by_token(hashed), now)
-            scope = f"agent:{sender.agent_id}"
             if request.confirm:
+                scope = f"agent:{sender.agent_id}"
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
                 if replayed is not None:
                     return replayed, {}
-            expires_at = now + timedelta(seconds=sender.ttl_seconds)
             if request.to is not None:
                 if not request.confirm:
                     await self._direct_target(tx, request.to, now)
                     return SendPreview(recipients=[request.to]), {}
-                seqs = {}
-                # A serial store renewed the sender above; a message to oneself is delivered like any other.
-                for agent_id in sorted({sender.agent_id, request.to}):
-                    touch = agent_id == sender.agent_id and not serial
-                    if touch and not await tx.touch(agent_id, hashed, now, expires_at):
-                        raise InvalidToken("the token's session ended meanwhile; check in again")
-                    if agent_id == request.to:
-                        seqs = await tx.bump([agent_id], now)
-                if not seqs:
-                    await self._direct_target(tx, request.to, now)
-                    raise AssertionError("unreachable: the target is live but was not bumped")
+                seqs = await self._direct(tx, sender, hashed, request.to, now)
             else:
-                # Fan-out goes to the live agents matching at send time, never back to the sender.
-                where = AgentFilter(live_at=now, role=request.role, repo=request.repo, cap=request.cap)
-                matches = await tx.list_agents(where, after=None, limit=self.limits.max_fanout)
-                candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
-                if not request.confirm:
-                    return SendPreview(recipients=candidates), {}
-                wait = self._fanout.take(sender.agent_id, now)
-                if wait:
-                    raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
-                # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
-                # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
-                await tx.lock_agents([*candidates, sender.agent_id])
-                if not serial and not await tx.touch(sender.agent_id, hashed, now, expires_at):
-                    raise InvalidToken("the token's session ended meanwhile; check in again")
-                seqs = await tx.bump(candidates, now) if candidates else {}
+                fanned = await self._fan_out(tx, sender, hashed, request, now)
+                if isinstance(fanned, SendPreview):
+                    return fanned, {}
+                seqs = fanned
             return await self._store_message(tx, sender, request, seqs, now, fingerprint)
+
+    async def _fast_direct(self, tx: MeshTx, hashed: str, to: str, now: datetime) -> tuple[AgentRecord, dict[str, int]]:
+        """The common direct send where transactions overlap: the token's agent_id comes from the store's cache (the
+        renewal verifies it), so the sender's renewal and the recipient's sequence are taken in agent_id order
+        without a read first."""
+        sender_id = await tx.agent_id_for(hashed)
+        if sender_id is None:
+            await self._unknown(tx, hashed)
+        found: AgentRecord | None = None
+        seqs: dict[str, int] = {}
+        for agent_id in sorted({sender_id, to}):
+            if agent_id == sender_id:
+                found = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
+            if agent_id == to:
+                seqs = await tx.bump([agent_id], now)
+        assert found is not None
+        if not seqs:
+            await self._direct_target(tx, to, now)
+            raise AssertionError("unreachable: the target is live but was not bumped")
+        return found, seqs
+
+    async def _direct(self, tx: MeshTx, sender: AgentRecord, hashed: str, to: str, now: datetime) -> dict[str, int]:
+        """The recipient's next sequence, the sender renewed in agent_id order with it (a serial store renewed it
+        already). A message to oneself is delivered like any other."""
+        expires_at = now + timedelta(seconds=sender.ttl_seconds)
+        seqs: dict[str, int] = {}
+        for agent_id in sorted({sender.agent_id, to}):
+            touch = agent_id == sender.agent_id and not self.store.serial
+            if touch and not await tx.touch(agent_id, hashed, now, expires_at):
+                raise InvalidToken("the token's session ended meanwhile; check in again")
+            if agent_id == to:
+                seqs = await tx.bump([agent_id], now)
+        if not seqs:
+            await self._direct_target(tx, to, now)
+            raise AssertionError("unreachable: the target is live but was not bumped")
+        return seqs
+
+    async def _fan_out(
+        self, tx: MeshTx, sender: AgentRecord, hashed: str, request: SendRequest, now: datetime
+    ) -> SendPreview | dict[str, int]:
+        """The live agents matching at send time, never the sender: a preview of them, or their sequences."""
+        where = AgentFilter(live_at=now, role=request.role, repo=request.repo, cap=request.cap)
+        matches = await tx.list_agents(where, after=None, limit=self.limits.max_fanout)
+        candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
+        if not request.confirm:
+            return SendPreview(recipients=candidates)
+        wait = self._fanout.take(sender.agent_id, now)
+        if wait:
+            raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
+        # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and agents
+        # messaging each other cannot deadlock. Leases are re-checked under the locks.
+        await tx.lock_agents([*candidates, sender.agent_id])
+        expires_at = now + timedelta(seconds=sender.ttl_seconds)
+        if not self.store.serial and not await tx.touch(sender.agent_id, hashed, now, expires_at):
+            raise InvalidToken("the token's session ended meanwhile; check in again")
+        return await tx.bump(candidates, now) if candidates else {}
 
     async def _store_message(
         self,
