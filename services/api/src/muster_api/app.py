@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, problems
+from muster_api import __version__, openapi, problems
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
 from muster_api.db.engine import create_engine
@@ -54,6 +54,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url="/docs")
     problems.install(app)
+    openapi.install(app)
     for router in (health_router, mesh_router, a2a_router, dispatch_router):
         app.include_router(router)
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.

@@ -61,12 +61,22 @@ async def list_agents(request: Request) -> AgentsOut:
     return _agents_out(_state(request).agents)
 
 
-@router.post("/reload")
+@router.post(
+    "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
+)
 async def reload_agents(request: Request) -> AgentsOut:
     return _agents_out(await _state(request).reload())
 
 
-@router.post("/tools/{tool_name}/call", response_model=None)
+@router.post(
+    "/tools/{tool_name}/call",
+    response_model=None,
+    responses={
+        202: {"description": "`wait: false`: the stored call, to follow at GET /a2a/calls/{call_id}"},
+        404: {"description": "no tool of that name is loaded (`tools` lists those there are)"},
+        409: {"description": "another instance took the call over; look it up by its id"},
+    },
+)
 async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut | JSONResponse:
     state = _state(request)
     if not body.wait:
@@ -77,7 +87,7 @@ async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut |
     return CallOut(call_id=record.id, **record.result.model_dump())
 
 
-@router.get("/calls/{call_id}")
+@router.get("/calls/{call_id}", responses={404: {"description": "no stored call with that id"}})
 async def get_call(call_id: str, request: Request) -> CallRecord:
     record = await _state(request).store.get(call_id)
     if record is None:
