@@ -44,6 +44,8 @@ from muster_mesh.models import (
     Action,
     AgentList,
     AgentView,
+    Backlog,
+    BacklogList,
     CheckinPreview,
     CheckinRecord,
     CheckinRequest,
@@ -394,6 +396,30 @@ class Mesh:
         shown = rows[:limit]
         return AgentList(
             agents=[view(a, now) for a in shown], next_cursor=shown[-1].agent_id if len(rows) > limit else None
+        )
+
+    async def backlog(
+        self,
+        *,
+        include_expired: bool = False,
+        role: str | None = None,
+        repo: str | None = None,
+        cap: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BacklogList:
+        """Unread counts per agent, a page of the directory at a time, for people watching the mesh. Read from the
+        counters every agent record keeps (no message is touched), so it renews no lease and needs no token."""
+        now = self._now()
+        limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
+        where = AgentFilter(live_at=None if include_expired else now, role=role, repo=repo, cap=cap)
+        async with self.store.transaction() as tx:
+            rows = await tx.list_agents(where, after=cursor, limit=limit + 1)
+        shown = [Backlog(agent_id=a.agent_id, unread=a.last_seq - a.read_cursor) for a in rows[:limit]]
+        return BacklogList(
+            agents=shown,
+            total=sum(b.unread for b in shown),
+            next_cursor=shown[-1].agent_id if len(rows) > limit else None,
         )
 
     async def get_agent(self, agent_id: str, *, token: str | None = None) -> AgentView:

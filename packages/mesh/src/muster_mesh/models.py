@@ -103,6 +103,19 @@ class AgentList(Strict):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
+class Backlog(Strict):
+    agent_id: str
+    unread: int = Field(description="Messages stored after the agent's acknowledged cursor.")
+
+
+class BacklogList(Strict):
+    """Unread counts per agent: never a message body, a sender or a token."""
+
+    agents: list[Backlog]
+    total: int = Field(description="The sum of `unread` over this page.")
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+
+
 ADDRESS_FIELDS = ("to", "role", "repo", "cap")
 
 

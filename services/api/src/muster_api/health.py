@@ -54,7 +54,7 @@ async def readyz(request: Request) -> Any:
             instance="/readyz",
             code="migrations_not_at_head",
         )
-    return JSONResponse({"status": "ready", "database": runtime.dialect, "revision": current})
+    return JSONResponse({"status": "ready", "database": runtime.dialect.name, "revision": current})
 
 
 @router.head(

@@ -16,9 +16,11 @@ from muster_api.problems import unhandled
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
-# What a load balancer or an orchestrator probes without credentials. Everything else, the API's own description
+# What a load balancer or an orchestrator probes without credentials, and the dashboard's shell and assets (they
+# hold no data: the page asks for a key itself when the API answers 401). Everything else, the API's own description
 # (/docs, /openapi.json) included, needs a key once keys are set.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+OPEN_PREFIXES = ("/ui/",)
 OPEN_METHODS = frozenset({"GET", "HEAD"})
 
 
@@ -102,6 +104,10 @@ class BodyLimit:
         await self.app(scope, _receive, send)
 
 
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 class ApiKeyGuard:
     """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs one of them in
     ``X-API-Key``."""
@@ -111,11 +117,7 @@ class ApiKeyGuard:
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or not self.keys
-            or (scope["path"] in OPEN_PATHS and scope["method"] in OPEN_METHODS)
-        ):
+        if scope["type"] != "http" or not self.keys or (_open(scope["path"]) and scope["method"] in OPEN_METHODS):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)

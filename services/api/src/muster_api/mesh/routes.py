@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
+from muster_api.etag import conditional
 from muster_api.jsonbody import StrictJsonRoute
 from muster_mesh import (
     AckPreview,
@@ -156,14 +157,19 @@ async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]
     return answer(result)
 
 
+# Computed from the clock at each request: left out of the directory's ETag (the timestamps beside them are in it).
+AGES = {"agents": {"__all__": {"status_age_seconds", "heartbeat_age_seconds"}}}
+
+
 @router.get(
     "/agents",
     openapi_extra=READ_DOC,
     summary="agents_list: the live directory with heartbeat and status ages",
     response_model=AgentList,
-    responses=AUTH_ERRORS,
+    responses={**AUTH_ERRORS, 304: {"description": "`If-None-Match` holds the current `ETag`: nothing changed"}},
 )
 async def list_agents(
+    request: Request,
     call: Annotated[Call, Depends(caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
     repo: Annotated[Repo | None, Query()] = None,
     role: Annotated[Label | None, Query()] = None,
@@ -175,7 +181,7 @@ async def list_agents(
     page = await call.mesh.list_agents(
         token=call.token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
     )
-    return answer(page)
+    return conditional(request, page, ignore=AGES)
 
 
 @router.get(
