@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, dashboard, problems
+from muster_api import __version__, dashboard, openapi, problems
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
 from muster_api.db.engine import create_engine
@@ -61,6 +61,7 @@ def create_app(
     # /docs is served by the dashboard from local assets (FastAPI's pages load theirs from a CDN); no ReDoc.
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
+    openapi.install(app)
     for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router):
         app.include_router(router)
     dashboard.install(app)
