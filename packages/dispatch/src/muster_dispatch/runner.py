@@ -23,7 +23,7 @@ from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command
 from muster_dispatch.inputs import AgentInput, Continuation
-from muster_dispatch.journal import Journal
+from muster_dispatch.journal import JournalSink
 from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox, read_dotenv
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
 from muster_dispatch.results import TurnResult
@@ -49,7 +49,7 @@ def dispatch(
     workspace: Path | str,
     provider: LocalProvider | None = None,
     deadline: float | None = None,
-    journal: Journal | None = None,
+    journal: JournalSink | None = None,
 ) -> Dispatch:
     """Dispatch one turn. ``deadline``: seconds from the start for the whole turn (fallback attempts included)."""
     if not isinstance(input, AgentInput):
@@ -72,7 +72,7 @@ class Dispatch:
         workspace: Path,
         provider: LocalProvider | None,
         deadline: float | None,
-        journal: Journal | None,
+        journal: JournalSink | None,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.agent = agent
@@ -399,7 +399,7 @@ class Dispatch:
             # An install or a version check blocks: only then go through a thread.
             executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
             if continuation is not None:
-                restore_conversation(agent, sandbox, continuation.conversation)
+                await restore_conversation(agent, sandbox, continuation.conversation)
                 if continuation.fork and harness.fork is not None:
                     input = AgentInput(
                         input.prompt,
@@ -461,7 +461,7 @@ class Dispatch:
         result = replace(result, usage=usage or Usage.missing(), events=events)
         if agent.capture and agent.storage is not None and result.conversation:
             try:
-                capture_conversation(agent, sandbox, result.conversation)
+                await capture_conversation(agent, sandbox, result.conversation)
             except (DispatchError, OSError) as exc:
                 self._emit(
                     AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session"), agent, "harness"
