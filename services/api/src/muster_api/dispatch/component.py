@@ -39,8 +39,8 @@ class DispatchState:
         self.settings = settings
         self.config = config
         self.instance = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.notifier = RunNotifier(runtime.engine)
-        self.store = SqlRunStore(runtime.engine, self.notifier)
+        self.notifier = RunNotifier(runtime.engine, runtime.dialect)
+        self.store = SqlRunStore(runtime.engine, self.notifier, runtime.dialect)
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
         self.provider = local_provider(settings.homes)
         self.agents = DispatchAgents()

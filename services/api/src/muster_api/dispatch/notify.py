@@ -15,6 +15,7 @@ import anyio
 from anyio.abc import TaskStatus
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.mesh.notify import PgNotifier
 from muster_mesh import LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -24,8 +25,10 @@ NEW_RUN = "queued"
 
 
 class RunNotifier:
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._pg = PgNotifier(engine, channel=CHANNEL) if engine.dialect.name == "postgresql" else None
+    def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
+        dialect = dialect or dialect_of(engine)
+        listener: type[PgNotifier] | None = dialect.pick(sqlite=None, postgresql=PgNotifier)
+        self._pg = listener(engine, channel=CHANNEL) if listener is not None else None
         self._local = self._pg.local if self._pg is not None else LocalNotifier()
 
     @property

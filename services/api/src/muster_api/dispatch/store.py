@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from muster_api.db.dialect import lock_claimable
+from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.dispatch.models import ACTIVE, Run
 from muster_api.dispatch.notify import NEW_RUN, RunNotifier
 from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
@@ -42,9 +42,10 @@ def run_of(row: Any) -> Run:
 
 
 class SqlRunStore:
-    def __init__(self, engine: AsyncEngine, notifier: RunNotifier) -> None:
+    def __init__(self, engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> None:
         self.engine = engine
         self.notifier = notifier
+        self.dialect = dialect or dialect_of(engine)
 
     # -- runs ---------------------------------------------------------------------------------------------------
 
@@ -88,7 +89,7 @@ class SqlRunStore:
         """The oldest queued run, now running under ``owner`` until ``until``; None when none is queued."""
         candidate = select(runs.c.id).where(runs.c.status == "queued").order_by(runs.c.id).limit(1)
         async with self.engine.begin() as conn:
-            run_id = (await conn.execute(lock_claimable(self.engine.dialect.name, candidate))).scalar()
+            run_id = (await conn.execute(self.dialect.lock_claimable(candidate))).scalar()
             if run_id is None:
                 return None
             stmt = (
@@ -141,7 +142,7 @@ class SqlRunStore:
         error = {"code": "interrupted", "message": "the worker executing the run stopped renewing its lease"}
         lapsed = select(runs.c.id).where(runs.c.status == "running", runs.c.lease_expires_at < now)
         async with self.engine.begin() as conn:
-            ids = list((await conn.execute(lock_claimable(self.engine.dialect.name, lapsed))).scalars())
+            ids = list((await conn.execute(self.dialect.lock_claimable(lapsed))).scalars())
             if not ids:
                 return []
             stmt = (
