@@ -3,7 +3,8 @@
 MusterApiError
 ├── ConfigurationError     bad settings or config file (startup refuses to run)
 ├── NotReadyError          database unreachable or migrations not at head (503)
-└── PayloadTooLargeError   request body over the service-wide bound (413)
+├── PayloadTooLargeError   request body over the service-wide bound (413)
+└── ToolRefused            ``muster mcp`` refuses a tool call before sending anything (an MCP tool error)
 """
 
 from __future__ import annotations
@@ -23,3 +24,8 @@ class NotReadyError(MusterApiError):
 
 class PayloadTooLargeError(MusterApiError):
     """The request body is larger than the service accepts."""
+
+
+class ToolRefused(MusterApiError):
+    """A tool call the MCP server refuses itself (not checked in, a pane id outside Herdr…): the message says what
+    to do instead."""
