@@ -41,7 +41,12 @@ migrate: $(STAMP) ## Apply database migrations up to head
 	$(VENV)/bin/muster migrate
 
 .PHONY: test
-test: $(STAMP) ## Run the test suite (PostgreSQL leg when MUSTER_TEST_POSTGRES_URL is set)
+test: $(STAMP) ## Run the test suite (the PostgreSQL leg too when a server answers on 127.0.0.1:5432)
+	@set -e; \
+	if [ -z "$${MUSTER_TEST_POSTGRES_URL:-}" ] && pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then \
+	  export MUSTER_TEST_POSTGRES_URL=postgresql://postgres@127.0.0.1:5432/postgres; fi; \
+	if [ -n "$${MUSTER_TEST_POSTGRES_URL:-}" ]; then echo "PostgreSQL leg: on"; \
+	else echo "PostgreSQL leg: off (no server answers on 127.0.0.1:5432)"; fi; \
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 .PHONY: lint

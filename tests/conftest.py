@@ -56,6 +56,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
             if f"[{leg}" in report.nodeid or f"-{leg}]" in report.nodeid or f"-{leg}-" in report.nodeid:
                 legs[leg] += 1
     terminalreporter.write_line(f"database legs: sqlite {legs['sqlite']} passed, postgres {legs['postgres']} passed")
+    others = {"browser": 0, "cli": 0}
+    for report in terminalreporter.stats.get("passed", []):
+        for marker in others:
+            others[marker] += marker in report.keywords
+    terminalreporter.write_line(
+        f"other legs: real Chromium {others['browser']} passed, real coding-agent CLIs {others['cli']} passed"
+    )
     if _require("MUSTER_REQUIRE_POSTGRES") and legs["postgres"] == 0 and terminalreporter.stats.get("passed"):
         terminalreporter.write_line("MUSTER_REQUIRE_POSTGRES: no test passed on PostgreSQL", red=True)
         terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import uuid
 
@@ -29,7 +30,15 @@ class PostgresServer:
             finally:
                 await conn.close()
 
-        asyncio.run(run())
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(run())
+            return
+        # A loop already runs in this thread (Playwright's sync API keeps one for the browser tests' session), and
+        # asyncio.run refuses to nest: run on a thread of its own.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, run()).result()
 
     def create(self) -> str:
         name = PREFIX + uuid.uuid4().hex[:12]

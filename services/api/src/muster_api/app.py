@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, problems
+from muster_api import __version__, dashboard, problems
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
 from muster_api.db.engine import create_engine
@@ -20,8 +20,9 @@ from muster_api.dispatch.routes import router as dispatch_router
 from muster_api.health import router as health_router
 from muster_api.logs import configure as configure_logging
 from muster_api.mesh import component as mesh_component
+from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.routes import router as mesh_router
-from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit
+from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit, Unhandled
 from muster_api.runtime import Runtime
 from muster_api.settings import Settings
 
@@ -52,11 +53,14 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         finally:
             await rt.engine.dispose()
 
-    app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url="/docs")
+    # /docs is served by the dashboard from local assets (FastAPI's pages load theirs from a CDN); no ReDoc.
+    app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
-    for router in (health_router, mesh_router, a2a_router, dispatch_router):
+    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router):
         app.include_router(router)
+    dashboard.install(app)
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.
+    app.add_middleware(Unhandled)
     app.add_middleware(BodyLimit)
     app.add_middleware(ApiKeyGuard, keys=[k.get_secret_value() for k in settings.api_keys])
     app.add_middleware(AccessLog)

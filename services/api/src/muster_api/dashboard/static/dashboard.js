@@ -1,0 +1,275 @@
+// The Muster dashboard: polls the directory (GET /mesh/agents, with If-None-Match), the unread backlog and the
+// remote A2A agents, and ticks the ages locally between polls.
+//
+// Every string an agent or a remote card supplies reaches the page through textContent (or an attribute value),
+// never as markup, after escapes and bidirectional controls are neutralised for display.
+"use strict";
+
+(() => {
+  const query = new URLSearchParams(window.location.search);
+  const seconds = (name, fallback) => {
+    const value = Number(query.get(name));
+    return Number.isFinite(value) && value > 0 ? value : fallback;
+  };
+  // Thresholds, each overridable in the page's query string (?stale_status=600&stale_heartbeat=120…).
+  const POLL_MS = seconds("poll", 2) * 1000;
+  const REMOTE_POLL_MS = Math.max(POLL_MS, 5000);
+  const STALE_STATUS_S = seconds("stale_status", 30 * 60);
+  const STALE_HEARTBEAT_S = seconds("stale_heartbeat", 10 * 60);
+  const EXPIRED_GRACE_S = seconds("expired_grace", 5 * 60);
+  const PAGE = 500;
+  const KEY_STORAGE = "muster.apiKey";
+
+  // ------------------------------------------------------------------ inert text
+
+  // ANSI/VT escape sequences (CSI, OSC, and two-byte escapes) are dropped; any other control character, and the
+  // bidirectional overrides/isolates that could reorder what a reader sees, become U+FFFD.
+  const ESCAPES = /\u001b(?:\[[0-?]*[ -/]*[@-~]|\][^\u0007\u001b]*(?:\u0007|\u001b\\)?|[@-Z\\-_])/g;
+  const CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+  const inert = (value) =>
+    value === null || value === undefined ? "" : String(value).replace(ESCAPES, "").replace(CONTROLS, "\ufffd");
+
+  const el = (tag, text, className) => {
+    const node = document.createElement(tag);
+    if (text !== undefined) node.textContent = inert(text);
+    if (className) node.className = className;
+    return node;
+  };
+
+  const cell = (text, className) => {
+    const td = el("td", text, className);
+    td.title = td.textContent;
+    return td;
+  };
+
+  // ------------------------------------------------------------------ time
+
+  const duration = (total) => {
+    const s = Math.max(0, Math.floor(total));
+    if (s < 60) return `${s}s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, "0")}s`;
+    if (s < 86400) return `${Math.floor(s / 3600)}h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")}m`;
+    return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+  };
+
+  // Ages come from the server's clock at the poll that brought them; between polls (and across 304s) they grow by
+  // the time this page has seen pass. The browser's own clock is never compared with the server's.
+  const since = (fetchedAt) => (performance.now() - fetchedAt) / 1000;
+
+  // ------------------------------------------------------------------ API
+
+  class KeyRequired extends Error {}
+
+  const state = {
+    key: sessionStorage.getItem(KEY_STORAGE),
+    roster: { agents: [], fetchedAt: 0, serverNow: 0, more: false, etag: null },
+    backlog: { unread: new Map(), etag: null },
+    filters: { repo: "", role: "", cap: "" },
+    waitingForKey: false,
+  };
+
+  async function get(path, etag) {
+    const headers = { Accept: "application/json" };
+    if (state.key) headers["X-API-Key"] = state.key;
+    if (etag) headers["If-None-Match"] = etag;
+    const response = await fetch(path, { headers, cache: "no-store", credentials: "same-origin" });
+    if (response.status === 401 || response.status === 403) {
+      throw new KeyRequired(response.status === 401 ? "This Muster asks for an API key." : "That API key was refused.");
+    }
+    if (response.status === 304) return { notModified: true, etag };
+    if (!response.ok) throw new Error(`${path} answered ${response.status}`);
+    return { body: await response.json(), etag: response.headers.get("ETag") };
+  }
+
+  // ------------------------------------------------------------------ roster
+
+  function timing(agent) {
+    const elapsed = since(state.roster.fetchedAt);
+    const expiresIn = (Date.parse(agent.expires_at) - state.roster.serverNow) / 1000 - elapsed;
+    const statusAge = agent.status_age_seconds + elapsed;
+    const heartbeat = agent.heartbeat_age_seconds + elapsed;
+    return {
+      statusAge,
+      heartbeat,
+      expiresIn,
+      expired: !agent.alive || expiresIn <= 0,
+      stale: statusAge > STALE_STATUS_S || heartbeat > STALE_HEARTBEAT_S,
+    };
+  }
+
+  const matches = (agent) =>
+    (!state.filters.repo || agent.repo === state.filters.repo) &&
+    (!state.filters.role || agent.role === state.filters.role) &&
+    (!state.filters.cap || agent.caps.includes(state.filters.cap));
+
+  function agentRow(agent) {
+    const tr = document.createElement("tr");
+    tr.dataset.agentId = agent.agent_id;
+    tr.append(cell(agent.agent_id, "agent"), cell(agent.role), cell(agent.repo));
+    const caps = el("td", undefined, "caps");
+    for (const cap of agent.caps) caps.append(el("span", cap, "cap"));
+    const status = el("td", undefined, "status");
+    const text = el("span", agent.status, "status-text");
+    status.title = text.textContent;
+    status.append(text, el("span", "stale", "tag stale"), el("span", "expired", "tag expired"));
+    tr.append(caps, status, el("td", "", "status-age"), el("td", "", "heartbeat"), el("td", "", "expires"));
+    tr.append(el("td", "", "unread"));
+    return tr;
+  }
+
+  function tickRow(tr, agent) {
+    const t = timing(agent);
+    tr.classList.toggle("expired", t.expired);
+    tr.classList.toggle("stale", t.stale && !t.expired);
+    tr.hidden = t.expired && -t.expiresIn > EXPIRED_GRACE_S;
+    tr.querySelector(".status-age").textContent = duration(t.statusAge);
+    tr.querySelector(".heartbeat").textContent = `${duration(t.heartbeat)} ago`;
+    tr.querySelector(".expires").textContent = t.expired ? `ended ${duration(-t.expiresIn)} ago` : duration(t.expiresIn);
+    const unread = state.backlog.unread.get(agent.agent_id) ?? 0;
+    const unreadCell = tr.querySelector(".unread");
+    unreadCell.textContent = String(unread);
+    unreadCell.classList.toggle("some", unread > 0);
+  }
+
+  function tick() {
+    const tbody = document.querySelector("#roster tbody");
+    let shown = 0;
+    for (const tr of tbody.rows) {
+      tickRow(tr, tr.agent);
+      if (!tr.hidden) shown += 1;
+    }
+    document.getElementById("roster-empty").hidden = shown > 0;
+    document.getElementById("agent-count").textContent = String(shown);
+  }
+
+  function fillFilter(select, values) {
+    const chosen = select.value;
+    const wanted = ["", ...[...values].sort()];
+    const have = [...select.options].map((o) => o.value);
+    if (wanted.length === have.length && wanted.every((v, i) => v === have[i])) return;
+    select.replaceChildren(new Option("all", ""));
+    for (const value of wanted.slice(1)) select.append(new Option(inert(value), value));
+    select.value = wanted.includes(chosen) ? chosen : "";
+  }
+
+  function renderRoster() {
+    const agents = state.roster.agents;
+    const field = (name) => new Set(agents.flatMap((a) => (name === "cap" ? a.caps : a[name] ? [a[name]] : [])));
+    for (const select of document.querySelectorAll(".filters select")) fillFilter(select, field(select.dataset.field));
+    const rows = agents.filter(matches).map((agent) => {
+      const tr = agentRow(agent);
+      tr.agent = agent;
+      return tr;
+    });
+    document.querySelector("#roster tbody").replaceChildren(...rows);
+    document.getElementById("roster-more").hidden = !state.roster.more;
+    tick();
+  }
+
+  async function pollRoster() {
+    const got = await get(`/mesh/agents?include_expired=true&limit=${PAGE}`, state.roster.etag);
+    if (got.notModified) return;
+    const agents = got.body.agents;
+    // The server's clock at the answer, read off any agent (status_since + its age); needed for the countdowns.
+    const first = agents[0];
+    state.roster = {
+      agents,
+      fetchedAt: performance.now(),
+      serverNow: first ? Date.parse(first.status_since) + first.status_age_seconds * 1000 : Date.now(),
+      more: got.body.next_cursor !== null,
+      etag: got.etag,
+    };
+    renderRoster();
+  }
+
+  async function pollBacklog() {
+    const got = await get(`/mesh/backlog?include_expired=true&limit=${PAGE}`, state.backlog.etag);
+    if (got.notModified) return;
+    state.backlog = { unread: new Map(got.body.agents.map((b) => [b.agent_id, b.unread])), etag: got.etag };
+    tick();
+  }
+
+  // ------------------------------------------------------------------ remote A2A agents
+
+  async function pollRemote() {
+    const got = await get("/a2a/agents");
+    const rows = got.body.agents.map((agent) => {
+      const tr = document.createElement("tr");
+      tr.className = agent.status === "ok" ? "ok" : "failing";
+      const tools = el("td", undefined, "caps");
+      for (const tool of agent.tools) tools.append(el("span", tool.name, "cap"));
+      tr.append(cell(agent.name, "agent"), cell(agent.status, "remote-status"), cell(agent.dialect));
+      tr.append(tools, cell(agent.error, "error"));
+      return tr;
+    });
+    document.querySelector("#a2a tbody").replaceChildren(...rows);
+    document.getElementById("a2a-empty").hidden = rows.length > 0;
+    document.getElementById("remote-count").textContent = String(rows.length);
+  }
+
+  // ------------------------------------------------------------------ loop, connection, key
+
+  function connection(kind, text) {
+    const pill = document.getElementById("connection");
+    pill.dataset.state = kind;
+    pill.textContent = text;
+  }
+
+  function askForKey(reason) {
+    state.waitingForKey = true;
+    document.getElementById("key-reason").textContent = reason;
+    document.getElementById("key-form").hidden = false;
+    document.getElementById("key-input").focus();
+    connection("locked", "API key needed");
+  }
+
+  function loop(poll, every) {
+    const run = async () => {
+      if (!state.waitingForKey) {
+        try {
+          await poll();
+          if (poll === pollRoster) connection("live", `live · every ${POLL_MS / 1000}s`);
+        } catch (error) {
+          if (error instanceof KeyRequired) askForKey(error.message);
+          else connection("offline", `unreachable: ${inert(error.message)}`);
+        }
+      }
+      window.setTimeout(run, every);
+    };
+    run();
+  }
+
+  function start() {
+    document.getElementById("stale-status").textContent = duration(STALE_STATUS_S);
+    document.getElementById("stale-heartbeat").textContent = duration(STALE_HEARTBEAT_S);
+    document.getElementById("expired-grace").textContent = duration(EXPIRED_GRACE_S);
+    const forget = document.getElementById("forget-key");
+    forget.hidden = !state.key;
+    forget.addEventListener("click", () => {
+      sessionStorage.removeItem(KEY_STORAGE);
+      window.location.reload();
+    });
+    document.getElementById("key-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      state.key = document.getElementById("key-input").value.trim();
+      sessionStorage.setItem(KEY_STORAGE, state.key);
+      state.roster.etag = null;
+      state.backlog.etag = null;
+      state.waitingForKey = false;
+      document.getElementById("key-form").hidden = true;
+      forget.hidden = false;
+    });
+    for (const select of document.querySelectorAll(".filters select")) {
+      select.addEventListener("change", () => {
+        state.filters[select.dataset.field] = select.value;
+        renderRoster();
+      });
+    }
+    loop(pollRoster, POLL_MS);
+    loop(pollBacklog, POLL_MS);
+    loop(pollRemote, REMOTE_POLL_MS);
+    window.setInterval(tick, 1000);
+  }
+
+  start();
+})();
