@@ -43,6 +43,9 @@ HINTS: dict[str, str] = {
     "invalid_request": "fix the named field(s) and call again",
     "invalid_address": "give exactly one of to, role, repo, cap",
     "idempotency_conflict": "use a new idempotency key",
+    "superseded": "another session took this agent_id over; this server's token no longer works: check in with "
+    "another agent_id",
+    "rate_limited": "too many role/repo/cap sends: wait before sending again, or address one agent with to",
     "not_found": "see the tool list for the tools that exist now",
 }
 
@@ -192,6 +195,9 @@ def failure(tool: str, exc: Exception, url: str) -> str:
         )
     if isinstance(exc, ApiError):
         hint = HINTS.get(exc.code) or ("try again shortly" if exc.status >= 500 else "")
+        if exc.retry_after is not None:
+            wait = f"retry after {words.duration(exc.retry_after)}"
+            hint = f"{hint}; {wait}" if hint else wait
         return f"{tool} failed: {exc.detail} (HTTP {exc.status}, code {exc.code}).{f' {hint}.' if hint else ''}"
     if isinstance(exc, UnexpectedAnswer):
         return f"{tool} failed: the service answered something unexpected ({exc}); check that MUSTER_URL is Muster."

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
 from muster_mesh.models import Label, Repo
@@ -180,9 +180,18 @@ class Arguments(BaseModel):
 
 
 class CheckinArgs(CheckinRequest):
-    """The mesh's check-in request (its own rules, unknown fields refused) and the local pane id."""
+    """The mesh's check-in request (its own rules, unknown fields refused) and the local pane id. Not its
+    ``takeover``: the tool's schema is the contract's, and taking over an identity is a person's decision (the
+    ``muster`` CLI), not one an agent should reach from a tool."""
 
     herdr_pane: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_takeover(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "takeover" in data:
+            raise ValueError("takeover is not an argument of agent_checkin")
+        return data
 
 
 class ListArgs(Arguments):
