@@ -88,13 +88,16 @@ class MusterTools:
 
 
 def build_server(muster: MusterTools) -> Server[Any]:
-    return Server(
+    server: Server[Any] = Server(
         "muster",
         version=__version__,
         instructions=INSTRUCTIONS,
         on_list_tools=muster.list_tools,
         on_call_tool=muster.call_tool,
     )
+    # The SDK's default middleware opens an OpenTelemetry span per message; nothing here exports them.
+    server.middleware = []
+    return server
 
 
 async def serve(settings: McpSettings) -> None:
