@@ -4,7 +4,8 @@ MusterApiError
 ├── ConfigurationError     bad settings or config file (startup refuses to run)
 ├── NotReadyError          database unreachable or migrations not at head (503)
 ├── MigrationError         a migration left rows breaking a foreign key (rolled back)
-└── PayloadTooLargeError   request body over the service-wide bound (413)
+├── PayloadTooLargeError   request body over the service-wide bound (413)
+└── ToolRefused            ``muster mcp`` refuses a tool call before sending anything (an MCP tool error)
 """
 
 from __future__ import annotations
@@ -28,3 +29,8 @@ class MigrationError(MusterApiError):
 
 class PayloadTooLargeError(MusterApiError):
     """The request body is larger than the service accepts."""
+
+
+class ToolRefused(MusterApiError):
+    """A tool call the MCP server refuses itself (not checked in, a pane id outside Herdr…): the message says what
+    to do instead."""
