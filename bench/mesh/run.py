@@ -33,6 +33,7 @@ from pathlib import Path
 import anyio
 import httpx
 
+from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.mesh.tables import agents
 from muster_api.settings import Settings
@@ -248,7 +249,7 @@ async def populate(db_url: str) -> None:
         async with engine.begin() as conn:
             for start in range(0, len(rows), 5000):
                 await conn.execute(agents.insert(), rows[start : start + 5000])
-        if engine.dialect.name == "postgresql":
+        if dialect_of(engine).row_locks:  # PostgreSQL: fresh statistics for the planner
             async with engine.connect() as conn:
                 await conn.exec_driver_sql("ANALYZE mesh_agents")
     finally:

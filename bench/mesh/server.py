@@ -21,7 +21,7 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from muster_api.app import create_app
-from muster_api.db.dialect import upsert
+from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.mesh.tables import agents
 from muster_api.settings import Settings
@@ -31,8 +31,8 @@ def build(database_url: str) -> Any:
     settings = Settings(database_url=database_url, log_level="WARNING")
     app = create_app(settings)
     engine = create_engine(settings.database_url)
-    dialect = engine.dialect.name
-    serial: Any = anyio.Lock() if dialect == "sqlite" else contextlib.nullcontext()
+    dialect = dialect_of(engine)
+    serial: Any = anyio.Lock() if dialect.serial_writes else contextlib.nullcontext()
 
     async def upsert_endpoint(receive: Receive, send: Send) -> None:
         body = b""
@@ -58,7 +58,7 @@ def build(database_url: str) -> Any:
             "read_cursor": 0,
             "floor_seq": 0,
         }
-        stmt = upsert(dialect, agents, values, conflict=["agent_id"], update=["last_seen_at", "expires_at", "status"])
+        stmt = dialect.upsert(agents, values, conflict=["agent_id"], update=["last_seen_at", "expires_at", "status"])
         # Same queueing as the mesh's SQL store on SQLite (see SqlMeshStore.transaction), so that the baseline is
         # not slowed by SQLite's sleeping busy handler.
         async with serial, engine.begin() as conn:

@@ -13,6 +13,7 @@ import pytest
 
 from muster_a2a import InMemoryCallStore
 from muster_api.a2a.store import SqlCallStore
+from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.errors import ConfigurationError
@@ -73,7 +74,7 @@ async def test_sql_store_conformance(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
     try:
         await upgrade(engine)
-        await check_call_store(SqlCallStore(engine))
+        await check_call_store(SqlCallStore(engine, dialect_of(engine)))
     finally:
         await engine.dispose()
 

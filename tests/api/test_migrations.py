@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import func, inspect, select
 
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from muster_api.db.models import metadata
+from muster_api.mesh.tables import agents, inbox, messages
 from muster_api.settings import Settings
 
 pytestmark = pytest.mark.anyio
@@ -40,3 +44,81 @@ async def test_upgrade_downgrade_upgrade_and_models_match(db_url: str) -> None:
         assert diff == [], f"models and migrations disagree: {diff}"
     finally:
         await engine.dispose()
+
+
+_ALTER_AGENTS_STEP = """
+import sqlalchemy as sa
+from alembic import op
+
+from muster_api.db.dialect import dialect_of
+
+revision = "test_alter_agents"
+down_revision = {down!r}
+branch_labels = None
+depends_on = None
+
+
+def _recreate() -> str:
+    # Where tables are altered by copy (SQLite), copy even for a column SQLite could add in place.
+    return "always" if dialect_of(op.get_bind()).batch_migrations else "auto"
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("mesh_agents", recreate=_recreate()) as batch:
+        batch.add_column(sa.Column("test_note", sa.String(20), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("mesh_agents", recreate=_recreate()) as batch:
+        batch.drop_column("test_note")
+"""
+
+
+async def test_altering_a_table_keeps_the_rows_that_reference_it(db_url: str, tmp_path: Path) -> None:
+    """A migration that rebuilds ``mesh_agents`` must not cascade into ``mesh_inbox``."""
+    (tmp_path / "test_alter_agents.py").write_text(_ALTER_AGENTS_STEP.format(down=head_revision()))
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    now = datetime.now(UTC)
+    try:
+        await upgrade(engine)
+        async with engine.begin() as conn:
+            await conn.execute(agents.insert(), [_agent_row(f"a{i}", now) for i in range(3)])
+            await conn.execute(
+                messages.insert(),
+                [
+                    {"message_id": f"m{i}", "sender": "a0", "body": "hi", "thread_id": None, "sent_at": now}
+                    for i in range(5)
+                ],
+            )
+            await conn.execute(
+                inbox.insert(), [{"recipient": f"a{i % 3}", "seq": i + 1, "message_id": f"m{i}"} for i in range(5)]
+            )
+        await upgrade(engine, "heads", versions=[tmp_path])
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(inbox))).scalar_one() == 5
+            assert (await conn.execute(select(func.count()).select_from(agents))).scalar_one() == 3
+            columns = await conn.run_sync(lambda c: {col["name"] for col in inspect(c).get_columns("mesh_agents")})
+        assert "test_note" in columns
+        await downgrade(engine, head_revision(), versions=[tmp_path])
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(inbox))).scalar_one() == 5
+    finally:
+        await engine.dispose()
+
+
+def _agent_row(agent_id: str, now: datetime) -> dict[str, object]:
+    return {
+        "agent_id": agent_id,
+        "token_hash": f"hash-{agent_id}",
+        "role": None,
+        "repo": None,
+        "caps": [],
+        "status": "",
+        "ttl_seconds": 60,
+        "last_seen_at": now,
+        "status_since": now,
+        "expires_at": now + timedelta(seconds=60),
+        "last_seq": 0,
+        "read_cursor": 0,
+        "floor_seq": 0,
+    }

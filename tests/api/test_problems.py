@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import logging
+
 import pytest
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import text
 
 from muster_api.app import create_app
 from muster_api.errors import NotReadyError
@@ -29,6 +32,15 @@ def _app(tmp_path: object, **settings: object):  # type: ignore[no-untyped-def]
     @probe.get("/not-ready")
     async def not_ready() -> None:
         raise NotReadyError("warming up")
+
+    @probe.get("/boom")
+    async def boom() -> None:
+        raise RuntimeError("secret-token-in-a-message")
+
+    @probe.get("/bad-sql")
+    async def bad_sql(request: Request) -> None:
+        async with request.app.state.runtime.engine.connect() as conn:
+            await conn.execute(text("SELECT no_such_column FROM no_such_table WHERE x = :p"), {"p": "secret-param"})
 
     app.include_router(probe)
     return app
@@ -73,7 +85,15 @@ async def test_body_over_limit_is_413(tmp_path: object) -> None:
 
 async def test_api_key_guard(tmp_path: object) -> None:
     async with running(_app(tmp_path, api_keys=["k-one", "k-two"])) as client:
-        assert (await client.get("/healthz")).status_code == 200
+        for method in ("GET", "HEAD"):
+            for path in ("/healthz", "/readyz"):
+                assert (await client.request(method, path)).status_code == 200, (method, path)
+        # The API's description is part of the API: it needs a key too.
+        for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect", "/mesh/agents"):
+            assert (await client.get(path)).status_code == 401, path
+            assert (await client.get(path, headers={"X-API-Key": "k-one"})).status_code == 200, path
+        # Open paths are open to reading only.
+        assert (await client.post("/healthz")).status_code == 401
         assert (await client.post("/probe", json={"name": "a", "count": 1})).status_code == 401
         wrong = await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "nope"})
         assert wrong.status_code == 403
@@ -87,3 +107,31 @@ async def test_secrets_never_logged(tmp_path: object, caplog: pytest.LogCaptureF
         await client.post("/probe", json={"name": "a", "count": 1}, headers={"X-API-Key": "sekrit-key-123"})
     assert any("path=/probe status=200" in r.getMessage() for r in caplog.records)
     assert all("sekrit-key-123" not in r.getMessage() for r in caplog.records)
+
+
+async def test_head_healthz_and_readyz_answer_without_a_body(tmp_path: object) -> None:
+    async with running(_app(tmp_path)) as client:
+        for path in ("/healthz", "/readyz"):
+            r = await client.head(path)
+            assert r.status_code == 200 and r.content == b"", path
+
+
+@pytest.mark.parametrize(("path", "secret"), [("/boom", "secret-token-in-a-message"), ("/bad-sql", "secret-param")])
+async def test_a_500_is_one_log_line_with_the_id_the_answer_carries(
+    tmp_path: object, caplog: pytest.LogCaptureFixture, path: str, secret: str
+) -> None:
+    caplog.set_level("DEBUG")
+    async with running(_app(tmp_path)) as client:
+        caplog.clear()
+        r = await client.get(path)
+    assert r.status_code == 500 and r.headers["content-type"] == "application/problem+json"
+    error_id = r.json()["error_id"]
+    assert error_id in r.json()["detail"] and secret not in r.text
+    errors = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(errors) == 1, [rec.getMessage() for rec in errors]
+    (line,) = errors
+    assert error_id in line.getMessage() and line.exc_info is None and "\n" not in line.getMessage()
+    assert all(secret not in rec.getMessage() for rec in caplog.records), [
+        (rec.name, rec.getMessage()) for rec in caplog.records if secret in rec.getMessage()
+    ]
+    assert all(secret not in (rec.exc_text or "") for rec in caplog.records)

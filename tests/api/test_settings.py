@@ -55,3 +55,19 @@ def test_bad_port_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_redact_hides_password() -> None:
     assert redact("postgresql+asyncpg://u:secret@h/db") == "postgresql+asyncpg://u:***@h/db"
     assert "secret" not in redact("postgres://admin:secret@h:5432/db")
+
+
+@pytest.mark.parametrize("keys", [[""], ["   "], ["ok", ""], ["\t"], [" padded"], ["padded\n"]])
+def test_empty_or_padded_keys_are_refused(keys: list[str]) -> None:
+    with pytest.raises(ValidationError, match="api_keys"):
+        Settings(api_keys=keys)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("level", ["verbose", "trace", ""])
+def test_unknown_log_levels_are_refused(level: str) -> None:
+    with pytest.raises(ValidationError, match="log_level"):
+        Settings(log_level=level)  # type: ignore[arg-type]
+
+
+def test_log_levels_are_case_insensitive() -> None:
+    assert Settings(log_level="debug").log_level == "DEBUG"  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from tests.dashboard.conftest import artifact_name
 from tests.support.net import free_port
+from tests.support.rows import store_status
 
 pytestmark = pytest.mark.browser
 
@@ -114,7 +115,9 @@ def test_agent_supplied_strings_are_shown_as_text_and_run_nothing(
     markup = "<img src=x onerror=alert(1)>"
     repo = "<b>bold</b><script>alert(2)</script>"
     app.checkin("mallory", role="attacker", repo=repo, status=markup)
-    app.checkin("painter", status="\x1b[31mred\x1b[0m and \u202eevil\u202c \x1b]8;;http://x\x07link\x1b]8;;\x07")
+    app.checkin("painter", status="harmless")
+    # The API refuses control characters in a status now; a row stored before that rule still reaches the page.
+    store_status(app.db_url, "painter", "\x1b[31mred\x1b[0m and \u202eevil\u202c \x1b]8;;http://x\x07link\x1b]8;;\x07")
     w = watch(app.base_url)
     w.page.goto(app.base_url + "/")
     expect(w.row("mallory").locator(".status-text")).to_have_text(markup)

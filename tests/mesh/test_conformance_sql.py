@@ -7,9 +7,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import pytest
 
+from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
-from muster_api.mesh.store import SqlMeshStore
+from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import Mesh
 from muster_mesh.testing import CHECKS, ManualClock
@@ -23,7 +24,7 @@ def sql_factory(db_url: str) -> Callable[[ManualClock], AbstractAsyncContextMana
         engine = create_engine(Settings(database_url=db_url).database_url)
         try:
             await upgrade(engine)
-            store = SqlMeshStore(engine)
+            store = make_store(engine, dialect_of(engine))
             try:
                 yield Mesh(store, clock=clock)
             finally:

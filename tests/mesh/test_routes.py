@@ -156,8 +156,9 @@ async def test_token_isolation(db_url: str) -> None:
             msg = {"to": "alice", "body": f"for alice {body}", "confirm": True}
             assert (await client.post("/mesh/messages", json=msg, headers=auth(carol))).status_code == 200
         # Bob's token only ever reads and acks bob's inbox: there is no way to name another inbox.
-        for query in ("", "?after=0", "?after=1"):
+        for query in ("", "?after=0"):
             assert (await client.get(f"/mesh/inbox{query}", headers=auth(bob))).json()["messages"] == []
+        problem(await client.get("/mesh/inbox?after=1", headers=auth(bob)), 422, "invalid_cursor")
         problem(await client.get("/mesh/inbox?agent_id=alice", headers=auth(bob)), 422)
         problem(await client.post("/mesh/inbox/ack", json={"cursor": 2, "confirm": True}, headers=auth(bob)), 422)
         extra = {"cursor": 0, "confirm": True, "agent_id": "alice"}
@@ -248,9 +249,20 @@ async def test_idempotency(db_url: str) -> None:
 
         checkin = {"agent_id": "carol", "role": "qa", "confirm": True}
         made = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
-        replay = await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"})
-        assert replay.headers["idempotent-replayed"] == "true" and "token" not in replay.json()
-        assert {k: v for k, v in made.json().items() if k != "token"} == replay.json()
+        assert made.json()["token"]
+        # The token was given once and only its hash is kept: the retry is told so, and how to get another.
+        retried = problem(
+            await client.post("/mesh/checkin", json=checkin, headers={"Idempotency-Key": "c-1"}),
+            409,
+            "token_given_once",
+        )
+        assert "takeover: true" in retried["detail"] and made.json()["token"] not in str(retried)
+        # A renewal (with the token) made no token: its retry replays the record.
+        renew = {"agent_id": "carol", "status": "renewed", "confirm": True}
+        key = {**auth(made.json()["token"]), "Idempotency-Key": "c-2"}
+        first = await client.post("/mesh/checkin", json=renew, headers=key)
+        replay = await client.post("/mesh/checkin", json=renew, headers=key)
+        assert replay.headers["idempotent-replayed"] == "true" and replay.json() == first.json()
         other = await client.post("/mesh/checkin", json={**checkin, "role": "x"}, headers={"Idempotency-Key": "c-1"})
         problem(other, 409, "idempotency_conflict")
         ack = {"cursor": 1, "confirm": True}
@@ -299,7 +311,20 @@ CHECKIN_CASES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"agent_id": "a", "ttl_seconds": 59}, 422, "ttl_seconds", "greater_than_equal"),
     ({"agent_id": "a", "ttl_seconds": 86401}, 422, "ttl_seconds", "less_than_equal"),
     ({"agent_id": "a", "ttl_seconds": 1.5}, 422, "ttl_seconds", "int_from_float"),
-    ({"agent_id": "a", "confirm": "maybe"}, 422, "confirm", "bool_parsing"),
+    ({"agent_id": "a", "confirm": "maybe"}, 422, "confirm", "bool_type"),
+    ({"agent_id": "a", "confirm": "true"}, 422, "confirm", "bool_type"),
+    ({"agent_id": "a", "confirm": 1}, 422, "confirm", "bool_type"),
+    ({"agent_id": "a", "status": "red \x1b[31m"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "status": "nul\x00"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "status": "tab\there"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "status": "c1 \x9b"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "status": "evil\u202egnp.exe"}, 422, "status", "string_pattern_mismatch"),
+    ({"agent_id": "a", "repo": "c1\x85"}, 422, "repo", "string_pattern_mismatch"),
+    ({"agent_id": "a", "repo": "r\u202eo"}, 422, "repo", "string_pattern_mismatch"),
+    ({"agent_id": "a", "repo": "r\u2066o"}, 422, "repo", "string_pattern_mismatch"),
+    ({"agent_id": "a\u202e"}, 422, "agent_id", "string_pattern_mismatch"),
+    ({"agent_id": "a", "role": "r\x00"}, 422, "role", "string_pattern_mismatch"),
+    ({"agent_id": "a", "caps": ["c\x1b"]}, 422, "caps.0", "string_pattern_mismatch"),
     # The pane id is local to the agent's machine: the backend refuses to even receive it.
     ({"agent_id": "a", "herdr_pane": "%3"}, 422, "herdr_pane", "extra_forbidden"),
     ({"agent_id": "a", "idempotency_key": "k"}, 422, "idempotency_key", "extra_forbidden"),
@@ -317,7 +342,13 @@ SEND_CASES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"to": "b", "body": BIG}, 413, "body", "message_too_large"),
     ({"to": "b", "body": "x", "thread_id": "t" * 129}, 422, "thread_id", "string_too_long"),
     ({"to": "b", "body": "x", "idempotency_key": "k k"}, 422, "idempotency_key", "string_pattern_mismatch"),
-    ({"to": "b", "body": "x", "confirm": "yes please"}, 422, "confirm", "bool_parsing"),
+    ({"to": "b", "body": "x", "confirm": "yes please"}, 422, "confirm", "bool_type"),
+    ({"to": "b", "body": "x", "confirm": "yes"}, 422, "confirm", "bool_type"),
+    ({"to": "b", "body": "x", "confirm": 1}, 422, "confirm", "bool_type"),
+    ({"to": "b", "body": "nul\x00here", "confirm": True}, 422, "body", "string_pattern_mismatch"),
+    ({"to": "b", "body": "x", "thread_id": "t\x00"}, 422, "thread_id", "string_pattern_mismatch"),
+    ({"to": "b", "body": "x", "thread_id": "t\u202e"}, 422, "thread_id", "string_pattern_mismatch"),
+    ({"repo": "r\x9b", "body": "x"}, 422, "repo", "string_pattern_mismatch"),
     ({"to": "b", "body": "x", "subject": "s"}, 422, "subject", "extra_forbidden"),
     ({"to": "b", "body": "x", "from": "alice"}, 422, "from", "extra_forbidden"),
 ]
@@ -326,12 +357,19 @@ ACK_CASES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"cursor": -1}, 422, "cursor", "greater_than_equal"),
     ({"cursor": "last"}, 422, "cursor", "int_parsing"),
     ({"cursor": 99, "confirm": True}, 422, "cursor", "invalid_cursor"),
-    ({"cursor": 0, "confirm": "perhaps"}, 422, "confirm", "bool_parsing"),
+    ({"cursor": 0, "confirm": "perhaps"}, 422, "confirm", "bool_type"),
+    ({"cursor": 0, "confirm": 1}, 422, "confirm", "bool_type"),
+    ({"cursor": 2**63, "confirm": True}, 422, "cursor", "less_than_equal"),
     ({"cursor": 0, "extra": 1}, 422, "extra", "extra_forbidden"),
 ]
 QUERY_CASES: list[tuple[str, str, str]] = [
     ("/mesh/inbox?after=-1", "after", "greater_than_equal"),
     ("/mesh/inbox?after=x", "after", "int_parsing"),
+    ("/mesh/inbox?after=9223372036854775808", "after", "less_than_equal"),
+    ("/mesh/inbox?after=99999999999999999999999999", "after", "less_than_equal"),
+    ("/mesh/inbox?after=9223372036854775807", "after", "invalid_cursor"),
+    ("/mesh/inbox?after=1", "after", "invalid_cursor"),
+    ("/mesh/inbox/stream?after=9223372036854775808", "after", "less_than_equal"),
     ("/mesh/inbox?limit=0", "limit", "greater_than_equal"),
     ("/mesh/inbox?limit=501", "limit", "less_than_equal"),
     ("/mesh/inbox?wait_seconds=61", "wait_seconds", "less_than_equal"),
@@ -385,3 +423,119 @@ async def test_tokens_never_reach_the_log(tmp_path: object, caplog: pytest.LogCa
         await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}, headers=auth(token))
     assert caplog.records, "the access log should have written lines"
     assert all(token not in r.getMessage() for r in caplog.records)
+
+
+async def test_a_message_to_oneself_is_delivered(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        for key in (None, "self-1"):
+            headers = auth(alice) if key is None else {**auth(alice), "Idempotency-Key": key}
+            note = {"to": "alice", "body": f"note to self {key}", "confirm": True}
+            sent = await client.post("/mesh/messages", json=note, headers=headers)
+            assert sent.status_code == 200, sent.text
+            assert sent.json()["recipients"] == ["alice"] and sent.json()["stored"] == 1
+        preview = await client.post("/mesh/messages", json={"to": "alice", "body": "x"}, headers=auth(alice))
+        assert preview.json() == {"preview": True, "action": "send", "recipients": ["alice"]}
+        page = (await client.get("/mesh/inbox", headers=auth(alice))).json()
+        assert [(m["seq"], m["from"], m["body"]) for m in page["messages"]] == [
+            (1, "alice", "note to self None"),
+            (2, "alice", "note to self self-1"),
+        ]
+
+
+async def test_bodies_keep_newlines_and_tabs(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        await join(client, "bob")
+        text = "line one\n\tindented\r\nwindows line é ✓"
+        sent = await client.post(
+            "/mesh/messages", json={"to": "alice", "body": text, "confirm": True}, headers=auth(alice)
+        )
+        assert sent.status_code == 200
+        (message,) = (await client.get("/mesh/inbox", headers=auth(alice))).json()["messages"]
+        assert message["body"] == text
+
+
+async def test_a_read_cursor_beyond_the_inbox_is_refused(db_url: str) -> None:
+    async with mesh_app(db_url) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob")
+        await client.post("/mesh/messages", json={"to": "bob", "body": "one", "confirm": True}, headers=auth(alice))
+        assert len((await client.get("/mesh/inbox?after=0", headers=auth(bob))).json()["messages"]) == 1
+        assert (await client.get("/mesh/inbox?after=1", headers=auth(bob))).json()["messages"] == []
+        beyond = problem(await client.get("/mesh/inbox?after=2", headers=auth(bob)), 422, "invalid_cursor")
+        assert (beyond["field"], beyond["cursor"], beyond["last_seq"]) == ("after", 2, 1)
+        problem(await client.get("/mesh/inbox?after=2&wait_seconds=1", headers=auth(bob)), 422, "invalid_cursor")
+        problem(await client.get("/mesh/inbox/stream", headers={**auth(bob), "Last-Event-ID": "5"}), 422)
+        bad = await client.get("/mesh/inbox/stream", headers={**auth(bob), "Last-Event-ID": "9223372036854775808"})
+        assert rule_of(problem(bad, 422)) == {("Last-Event-ID", "int_parsing")}
+
+
+async def test_fan_out_is_rate_limited_per_sender(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUSTER_MESH_FANOUT_PER_MINUTE", "3")
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        runaway = await join(client, "runaway")
+        calm = await join(client, "calm")
+        qa = await join(client, "qa", role="qa")
+        fan = {"role": "qa", "body": "x", "confirm": True}
+        for _ in range(3):
+            assert (await client.post("/mesh/messages", json=fan, headers=auth(runaway))).status_code == 200
+        # Previews and direct messages do not count and are not limited.
+        preview = await client.post("/mesh/messages", json={"role": "qa", "body": "x"}, headers=auth(runaway))
+        assert preview.status_code == 200
+        direct = {"to": "qa", "body": "x", "confirm": True}
+        assert (await client.post("/mesh/messages", json=direct, headers=auth(runaway))).status_code == 200
+        limited = await client.post("/mesh/messages", json=fan, headers=auth(runaway))
+        body = problem(limited, 429, "rate_limited")
+        assert limited.headers["retry-after"] == "20" and body["per_minute"] == 3
+        assert (await client.post("/mesh/messages", json=fan, headers=auth(calm))).status_code == 200, "per sender"
+        clock.advance(20)
+        assert (await client.post("/mesh/messages", json=fan, headers=auth(runaway))).status_code == 200
+        problem(await client.post("/mesh/messages", json=fan, headers=auth(runaway)), 429, "rate_limited")
+        stored = (await client.get("/mesh/inbox?limit=500", headers=auth(qa))).json()["messages"]
+        assert [m["from"] for m in stored] == ["runaway"] * 4 + ["calm", "runaway"], "refused sends stored nothing"
+
+
+async def test_a_lost_token_is_taken_over(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        lost = await join(client, "alice", role="builder", status="building")
+        bob = await join(client, "bob")
+        await client.post("/mesh/messages", json={"to": "alice", "body": "unread", "confirm": True}, headers=auth(bob))
+        taken = problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "confirm": True}), 401)
+        assert taken["code"] == "agent_id_in_use" and "takeover: true" in taken["detail"]
+        problem(await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": "yes", "confirm": True}), 422)
+        before = (await client.get("/mesh/agents")).json()
+        preview = await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": True})
+        assert preview.json()["preview"] is True and preview.json()["action"] == "takeover"
+        assert (await client.get("/mesh/agents")).json() == before, "the preview took nothing over"
+        assert (await client.get("/mesh/inbox", headers=auth(lost))).status_code == 200, "the old token still works"
+        stolen = {"agent_id": "alice", "takeover": True, "confirm": True}
+        problem(await client.post("/mesh/checkin", json=stolen, headers=auth(bob)), 403, "not_the_holder")
+
+        clock.advance(10)
+        took = await client.post("/mesh/checkin", json={"agent_id": "alice", "takeover": True, "confirm": True})
+        assert took.status_code == 200, took.text
+        fresh = took.json()["token"]
+        assert fresh and fresh != lost
+        assert (took.json()["role"], took.json()["status"]) == ("builder", "building"), "unset fields carry over"
+        page = (await client.get("/mesh/inbox", headers=auth(fresh))).json()
+        assert [m["body"] for m in page["messages"]] == ["unread"], "the inbox carries over"
+
+        old_calls = [
+            ("GET", "/mesh/inbox", None),
+            ("GET", "/mesh/agents", None),
+            ("POST", "/mesh/messages", {"to": "bob", "body": "x", "confirm": True}),
+            ("POST", "/mesh/messages", {"to": "alice", "body": "x", "confirm": True}),
+            ("POST", "/mesh/messages", {"role": "none", "body": "x", "confirm": True}),
+            ("POST", "/mesh/inbox/ack", {"cursor": 0, "confirm": True}),
+            ("POST", "/mesh/checkin", {"agent_id": "alice", "confirm": True}),
+            ("POST", "/mesh/checkout", {"confirm": True}),
+        ]
+        for method, path, body in old_calls:
+            r = await client.request(method, path, json=body, headers=auth(lost))
+            gone = problem(r, 401, "superseded")
+            assert gone["agent_id"] == "alice" and gone["superseded_at"], (method, path)
+        assert (await client.get("/mesh/inbox", headers=auth(fresh))).status_code == 200
+        assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"] == [], "nothing was sent"

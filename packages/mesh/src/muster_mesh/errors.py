@@ -5,6 +5,7 @@ MeshError                      root: anything the mesh refuses
 │   ├── TokenRequired          no token presented where one is needed
 │   │   └── IdentityConflict   check-in of a live agent_id without its token (would steal a live identity)
 │   ├── InvalidToken           the token is not any agent's session
+│   │   └── Superseded         the token's session was taken over by a check-in with ``takeover``
 │   └── LeaseExpired           the token's session lease ran out (or it checked out): check in anew
 ├── Forbidden                  credentials of someone else (403)
 │   └── NotTheHolder           check-in of a live agent_id with another session's token
@@ -12,14 +13,17 @@ MeshError                      root: anything the mesh refuses
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
-├── InvalidCursor              an ack beyond the last message of the inbox (422)
+├── TokenGivenOnce             a retried check-in that made a token: the token is not repeated (409)
+├── InvalidCursor              an ack or a read beyond the last message of the inbox (422)
 ├── MessageTooLarge            a message body over the size bound (413)
+├── RateLimited                fan-out sends of one sender over its rate (429, with retry_after)
 └── InvalidRequest             a request the models accept but the mesh cannot (422)
     └── InvalidAddress         a message without exactly one of to / role / repo / cap
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any
 
@@ -53,7 +57,8 @@ class IdentityConflict(TokenRequired):
     def __init__(self, agent_id: str, expires_at: datetime) -> None:
         super().__init__(
             f"agent_id {agent_id!r} is held by a live session until {expires_at.isoformat()}; present its token "
-            "(Authorization: Bearer …) to renew it, or choose another agent_id",
+            "(Authorization: Bearer …) to renew it, check in with takeover: true if that token is lost (it then "
+            "stops working), or choose another agent_id",
             agent_id=agent_id,
             expires_at=expires_at.isoformat(),
         )
@@ -61,6 +66,18 @@ class IdentityConflict(TokenRequired):
 
 class InvalidToken(MeshAuthError):
     code = "invalid_token"
+
+
+class Superseded(InvalidToken):
+    code = "superseded"
+
+    def __init__(self, agent_id: str, at: str) -> None:
+        super().__init__(
+            f"this token's session of {agent_id!r} was taken over at {at} by a check-in with takeover: true; the "
+            "token no longer works. Check in again (with takeover: true to take the agent_id back)",
+            agent_id=agent_id,
+            superseded_at=at,
+        )
 
 
 class LeaseExpired(MeshAuthError):
@@ -123,15 +140,27 @@ class IdempotencyConflict(MeshError):
         )
 
 
+class TokenGivenOnce(MeshError):
+    code = "token_given_once"
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(
+            f"this check-in (same Idempotency-Key) already started the session of {agent_id!r}, and its token is "
+            "given once, in the first answer (only its hash is kept). If that answer was lost, check in with "
+            "takeover: true and a new Idempotency-Key: a new token is issued and the lost one stops working",
+            agent_id=agent_id,
+        )
+
+
 class InvalidCursor(MeshError):
     code = "invalid_cursor"
 
-    def __init__(self, cursor: int, last_seq: int) -> None:
+    def __init__(self, cursor: int, last_seq: int, *, field: str = "cursor") -> None:
         super().__init__(
-            f"cursor {cursor} is beyond the last message of this inbox ({last_seq})",
+            f"{field} {cursor} is beyond the last message of this inbox ({last_seq})",
             cursor=cursor,
             last_seq=last_seq,
-            field="cursor",
+            field=field,
         )
 
 
@@ -142,6 +171,19 @@ class MessageTooLarge(MeshError):
         super().__init__(
             f"body is {size} bytes (UTF-8); the limit is {limit} bytes", size=size, limit=limit, field="body"
         )
+
+
+class RateLimited(MeshError):
+    code = "rate_limited"
+
+    def __init__(self, agent_id: str, per_minute: int, retry_after: float) -> None:
+        super().__init__(
+            f"{agent_id!r} sent more than {per_minute} role/repo/cap fan-out messages a minute; retry in "
+            f"{math.ceil(retry_after)} s (direct messages are not limited)",
+            per_minute=per_minute,
+            retry_after_seconds=round(retry_after, 1),
+        )
+        self.retry_after = retry_after
 
 
 class InvalidRequest(MeshError):

@@ -13,7 +13,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -30,8 +30,11 @@ from muster_mesh.errors import (
     LeaseExpired,
     MessageTooLarge,
     NotTheHolder,
+    RateLimited,
     RecipientExpired,
     RecipientNotFound,
+    Superseded,
+    TokenGivenOnce,
     TokenRequired,
 )
 from muster_mesh.models import (
@@ -56,6 +59,7 @@ from muster_mesh.models import (
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
+from muster_mesh.ratelimit import TokenBuckets
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -72,6 +76,12 @@ from muster_mesh.tokens import new_token, token_hash
 log = logging.getLogger("muster.mesh")
 
 R = TypeVar("R", bound=BaseModel)
+
+# Idempotency records double as the memory of taken-over sessions: keyed by the old token's hash in their own scope,
+# swept like any record once the old session could no longer have been live.
+SUPERSEDED_SCOPE = "superseded"
+# Marks a remembered check-in that answered a token (never stored itself).
+TOKEN_GIVEN = "token_given"
 
 SHORT_LEASE_ROLES = frozenset({"ping", "verification"})
 SHORT_TTL_SECONDS = 900
@@ -90,6 +100,9 @@ class MeshLimits:
     default_page: int = 100
     max_page: int = 500
     max_fanout: int = 10_000
+    # Confirmed role/repo/cap sends per sender and minute (a burst of this many, then this rate): one runaway agent
+    # cannot flood every inbox. Direct messages are not limited.
+    fanout_per_minute: int = 60
     read_retention: timedelta = timedelta(days=7)
     expired_agent_retention: timedelta = timedelta(days=7)
     idempotency_ttl: timedelta = timedelta(hours=24)
@@ -146,6 +159,7 @@ class Mesh:
         self.notifier: Notifier = notifier if notifier is not None else LocalNotifier()
         self.clock = clock
         self.limits = limits or MeshLimits()
+        self._fanout = TokenBuckets(self.limits.fanout_per_minute)
 
     # ------------------------------------------------------------------ helpers
 
@@ -162,22 +176,39 @@ class Mesh:
         return token_hash(token)
 
     @staticmethod
-    def _usable(agent: AgentRecord | None, now: datetime) -> AgentRecord:
+    async def _usable(tx: MeshTx, hashed: str, agent: AgentRecord | None, now: datetime) -> AgentRecord:
         if agent is None:
-            raise InvalidToken("the token is not the session of any agent; check in to get one")
-        if not agent.live_at(now):
+            await Mesh._unknown(tx, hashed)
+        elif not agent.live_at(now):
             raise LeaseExpired(agent.agent_id, agent.expires_at)
+        assert agent is not None
         return agent
+
+    @staticmethod
+    async def _unknown(tx: MeshTx, hashed: str) -> NoReturn:
+        """Refuse a token no agent holds, saying why when its session was taken over (off the hot path: only a
+        refused token costs the lookup)."""
+        superseded = await tx.get_idempotency(SUPERSEDED_SCOPE, hashed)
+        if superseded is not None:
+            raise Superseded(superseded.result["agent_id"], superseded.result["at"])
+        raise InvalidToken("the token is not the session of any agent; check in to get one")
 
     async def _caller(self, tx: MeshTx, token: str | None, now: datetime, *, renew: bool) -> AgentRecord:
         """The caller's live agent from its token; ``renew`` extends its lease (every acting call does)."""
         hashed = self._hash(token)
         agent = await (tx.renew(hashed, now) if renew else tx.find_by_token(hashed))
-        return self._usable(agent, now)
+        return await self._usable(tx, hashed, agent, now)
 
     async def _replayed(
         self, tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str, model: type[R]
     ) -> R | None:
+        result = await self._remembered(tx, scope, key, operation, fingerprint)
+        return None if result is None else model.model_validate({**result, "replayed": True})
+
+    @staticmethod
+    async def _remembered(
+        tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str
+    ) -> dict[str, Any] | None:
         if key is None:
             return None
         # A record stays binding until the sweeper removes it: honouring it a little past expires_at is harmless,
@@ -187,7 +218,7 @@ class Mesh:
             return None
         if record.operation != operation or record.fingerprint != fingerprint:
             raise IdempotencyConflict(key, operation)
-        return model.model_validate({**record.result, "replayed": True})
+        return dict(record.result)
 
     async def _remember(
         self,
@@ -243,9 +274,11 @@ class Mesh:
         )
         async with self.store.transaction() as tx:
             if request.confirm:
-                replayed = await self._replayed(tx, scope, key, "checkin", fingerprint, CheckinRecord)
-                if replayed is not None:
-                    return replayed
+                remembered = await self._remembered(tx, scope, key, "checkin", fingerprint)
+                if remembered is not None:
+                    if remembered.pop(TOKEN_GIVEN, False):
+                        raise TokenGivenOnce(request.agent_id)
+                    return CheckinRecord.model_validate({**remembered, "replayed": True})
             if request.confirm and presented is not None and key is None:
                 # The common case, a live agent renewing its own lease: one statement.
                 ttl_given = request.ttl_seconds or (default_ttl(request.role) if request.role is not None else None)
@@ -261,14 +294,8 @@ class Mesh:
                 if renewed is not None:
                     return CheckinRecord(**view(renewed, now).__dict__, action="renew")
             current = await tx.get_agent(request.agent_id, for_update=True)
-            action: Action = "create"
-            if current is not None and current.live_at(now):
-                if presented is None:
-                    raise IdentityConflict(current.agent_id, current.expires_at)
-                if presented != current.token_hash:
-                    raise NotTheHolder(current.agent_id)
-                action = "renew"
-            kept = current if action == "renew" else None
+            action = await self._checkin_action(tx, request, current, presented, now)
+            kept = current if action != "create" else None
             role = request.role if request.role is not None else (kept.role if kept else None)
             if request.ttl_seconds is not None:
                 ttl = request.ttl_seconds
@@ -277,7 +304,7 @@ class Mesh:
             else:
                 ttl = default_ttl(role)
             status = request.status if request.status is not None else (kept.status if kept else "")
-            minted = new_token() if action == "create" else None
+            minted = new_token() if action != "renew" else None
             # A new session starts after the backlog: the inbox delivers only what arrives after its check-in.
             last_seq = current.last_seq if current else 0
             record = AgentRecord(
@@ -303,11 +330,46 @@ class Mesh:
                     raise _Replay
             else:
                 await tx.replace_agent(record)
+            if action == "takeover" and current is not None:
+                await self._supersede(tx, current, now)
             result = CheckinRecord(**shown.__dict__, token=minted, action=action)
-            # The token is stored only as a hash: a replay answers the record without it.
-            remembered = result.model_dump(mode="json", exclude={"token"})
+            # The token is stored only as a hash: a retry of a check-in that made one is told so, and how to get
+            # another (TokenGivenOnce), rather than answered a record it cannot use.
+            remembered = {**result.model_dump(mode="json", exclude={"token"}), TOKEN_GIVEN: minted is not None}
             await self._remember(tx, scope, key, "checkin", fingerprint, remembered, now)
             return result
+
+    @staticmethod
+    async def _checkin_action(
+        tx: MeshTx, request: CheckinRequest, current: AgentRecord | None, presented: str | None, now: datetime
+    ) -> Action:
+        """What a check-in does to the agent_id as it stands: refuses, renews, takes over or creates a session."""
+        if current is None or not current.live_at(now):
+            return "create"
+        if presented is None:
+            if request.takeover:
+                return "takeover"
+            raise IdentityConflict(current.agent_id, current.expires_at)
+        if presented != current.token_hash:
+            superseded = await tx.get_idempotency(SUPERSEDED_SCOPE, presented)
+            if superseded is not None and superseded.result["agent_id"] == current.agent_id:
+                raise Superseded(current.agent_id, superseded.result["at"])
+            raise NotTheHolder(current.agent_id)
+        return "renew"
+
+    async def _supersede(self, tx: MeshTx, previous: AgentRecord, now: datetime) -> None:
+        """Remember the taken-over session's token hash, so that its holder is told why it stopped working. Kept as
+        long as that session could have lasted."""
+        record = IdempotencyRecord(
+            scope=SUPERSEDED_SCOPE,
+            key=previous.token_hash,
+            operation="takeover",
+            fingerprint="",
+            result={"agent_id": previous.agent_id, "at": now.isoformat()},
+            created_at=now,
+            expires_at=max(previous.expires_at, now + self.limits.idempotency_ttl),
+        )
+        await tx.put_idempotency(record)
 
     # ------------------------------------------------------------------ directory
 
@@ -417,12 +479,12 @@ class Mesh:
                 # agent_id order without a read first.
                 sender_id = await tx.agent_id_for(hashed)
                 if sender_id is None:
-                    raise InvalidToken("the token is not the session of any agent; check in to get one")
+                    await self._unknown(tx, hashed)
                 found: AgentRecord | None = None
                 seqs = {}
                 for agent_id in sorted({sender_id, request.to}):
                     if agent_id == sender_id:
-                        found = self._usable(await tx.renew(hashed, now), now)
+                        found = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
                     if agent_id == request.to:
                         seqs = await tx.bump([agent_id], now)
                 assert found is not None
@@ -433,9 +495,9 @@ class Mesh:
             # Where transactions overlap, read without a lock: the sender's row is renewed below, in agent_id order
             # with the recipients', so that two agents messaging each other cannot deadlock.
             if serial and request.confirm:
-                sender = self._usable(await tx.renew(hashed, now), now)
+                sender = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
             else:
-                sender = self._usable(await tx.find_by_token(hashed), now)
+                sender = await self._usable(tx, hashed, await tx.find_by_token(hashed), now)
             scope = f"agent:{sender.agent_id}"
             if request.confirm:
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
@@ -447,10 +509,10 @@ class Mesh:
                     await self._direct_target(tx, request.to, now)
                     return SendPreview(recipients=[request.to]), {}
                 seqs = {}
+                # A serial store renewed the sender above; a message to oneself is delivered like any other.
                 for agent_id in sorted({sender.agent_id, request.to}):
-                    if agent_id == sender.agent_id and serial:
-                        continue  # renewed above
-                    if agent_id == sender.agent_id and not await tx.touch(agent_id, hashed, now, expires_at):
+                    touch = agent_id == sender.agent_id and not serial
+                    if touch and not await tx.touch(agent_id, hashed, now, expires_at):
                         raise InvalidToken("the token's session ended meanwhile; check in again")
                     if agent_id == request.to:
                         seqs = await tx.bump([agent_id], now)
@@ -464,6 +526,9 @@ class Mesh:
                 candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
                 if not request.confirm:
                     return SendPreview(recipients=candidates), {}
+                wait = self._fanout.take(sender.agent_id, now)
+                if wait:
+                    raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
                 # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
                 # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
                 await tx.lock_agents([*candidates, sender.agent_id])
@@ -557,6 +622,10 @@ class Mesh:
         now = self._now()
         async with self.store.transaction() as tx:
             agent = await self._caller(tx, token, now, renew=True)
+            if after is not None and after > agent.last_seq:
+                # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
+                # silently skip every message up to it.
+                raise InvalidCursor(after, agent.last_seq, field="after")
             start = agent.read_cursor if after is None else max(after, agent.floor_seq)
             entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit + 1)
         shown = entries[:limit]
@@ -636,7 +705,7 @@ class Mesh:
                     )
                     if replayed is not None:
                         return replayed
-            agent = self._usable(await tx.find_by_token(hashed), now)
+            agent = await self._usable(tx, hashed, await tx.find_by_token(hashed), now)
             if not request.confirm:
                 return CheckoutPreview(agent=view(agent, now))
             await tx.get_agent(agent.agent_id, for_update=True)

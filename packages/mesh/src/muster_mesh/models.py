@@ -15,6 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 MAX_STATUS_CHARS = 280
 MAX_CAPS = 32
+MAX_SEQ = 2**63 - 1
+"""The largest inbox sequence (a signed 64-bit column): cursors beyond it are refused, never passed to a database."""
+
+# What a person reading the roster must never be shown raw: C0 and C1 control characters (terminal escapes, NUL,
+# line breaks) and the bidirectional marks and overrides that make text display in another order than it is stored.
+CONTROLS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 
 AgentId = Annotated[
     str,
@@ -22,12 +28,16 @@ AgentId = Annotated[
     Field(description="Stable name of the agent session: letters, digits and . _ : @ -, at most 64 characters."),
 ]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}$")]
-Repo = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
+Repo = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=rf"^[^{CONTROLS}]+$")]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
-Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=r"^[^\r\n]*$")]
+Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=rf"^[^{CONTROLS}]*$")]
+# A body is the agent's own text: newlines and tabs are kept; NUL is refused (PostgreSQL text cannot hold it, and no
+# reader wants it).
+Body = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\x00]+$")]
+Cursor = Annotated[int, Field(ge=0, le=MAX_SEQ)]
 
-Action = Literal["create", "renew"]
+Action = Literal["create", "renew", "takeover"]
 
 
 class Strict(BaseModel):
@@ -48,7 +58,15 @@ class CheckinRequest(Strict):
         le=86400,
         description="Lease length: the silence the agent can afford. Omitted: 900 for ping/verification, else 3600.",
     )
-    confirm: bool = Field(default=False, description="Must be true to act; otherwise the answer is a preview.")
+    confirm: bool = Field(
+        default=False, strict=True, description="Must be true to act; otherwise the answer is a preview."
+    )
+    takeover: bool = Field(
+        default=False,
+        strict=True,
+        description="Without a token: take over a live agent_id whose token was lost. A new token is issued, the "
+        "inbox and unset fields carry over, and the old token answers 401 `superseded` from then on.",
+    )
 
 
 class AgentView(Strict):
@@ -103,10 +121,10 @@ class SendRequest(Strict):
     role: Label | None = Field(default=None, description="Every live agent with this role (fan-out at send time).")
     repo: Repo | None = Field(default=None, description="Every live agent on this repo.")
     cap: Label | None = Field(default=None, description="Every live agent with this capability.")
-    body: str = Field(min_length=1, description="The message; its UTF-8 size is bounded by the mesh (64 KiB).")
+    body: Body = Field(description="The message; its UTF-8 size is bounded by the mesh (64 KiB). No NUL character.")
     thread_id: ThreadId | None = None
     idempotency_key: IdempotencyKey | None = None
-    confirm: bool = False
+    confirm: bool = Field(default=False, strict=True)
 
     def address(self) -> dict[str, str]:
         return {k: v for k in ("to", "role", "repo", "cap") if (v := getattr(self, k)) is not None}
@@ -143,8 +161,8 @@ class InboxPage(Strict):
 
 
 class AckRequest(Strict):
-    cursor: int = Field(ge=0)
-    confirm: bool = False
+    cursor: Cursor
+    confirm: bool = Field(default=False, strict=True)
 
 
 class AckPreview(Strict):
@@ -160,7 +178,7 @@ class AckResult(Strict):
 
 
 class CheckoutRequest(Strict):
-    confirm: bool = False
+    confirm: bool = Field(default=False, strict=True)
 
 
 class CheckoutPreview(Strict):

@@ -28,6 +28,8 @@ from muster_mesh.errors import (
     NotTheHolder,
     RecipientExpired,
     RecipientNotFound,
+    Superseded,
+    TokenGivenOnce,
     TokenRequired,
 )
 from muster_mesh.mesh import Mesh
@@ -456,14 +458,47 @@ async def idempotent_send_replays_and_conflicts(make: MeshFactory) -> None:
 
 
 @check
+async def takeover_issues_a_new_token_and_supersedes_the_old(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        lost = await join(mesh, "alice", role="builder")
+        bob = await join(mesh, "bob")
+        await send(mesh, bob, "kept", to="alice")
+        await raises(IdentityConflict, mesh.checkin(CheckinRequest(agent_id="alice", confirm=True)))
+        preview = await mesh.checkin(CheckinRequest(agent_id="alice", takeover=True))
+        assert isinstance(preview, CheckinPreview) and preview.action == "takeover"
+        assert await mesh.unread(token=lost) == 1, "a preview takes nothing over"
+        clock.advance(5)
+        took = await mesh.checkin(CheckinRequest(agent_id="alice", takeover=True, confirm=True))
+        assert isinstance(took, CheckinRecord) and took.token and took.token != lost and took.role == "builder"
+        assert [m.body for m in (await mesh.read_inbox(token=took.token)).messages] == ["kept"]
+        for call in (
+            mesh.read_inbox(token=lost),
+            mesh.send(SendRequest(to="bob", body="x", confirm=True), token=lost),
+            mesh.send(SendRequest(to="alice", body="x", confirm=True), token=lost),
+            mesh.send(SendRequest(role="x", body="x", confirm=True), token=lost),
+            mesh.ack(AckRequest(cursor=0, confirm=True), token=lost),
+            mesh.checkout(CheckoutRequest(confirm=True), token=lost),
+            mesh.checkin(CheckinRequest(agent_id="alice", confirm=True), token=lost),
+        ):
+            refused = await raises(Superseded, call)
+            assert refused.problem_extra["agent_id"] == "alice"
+        assert await mesh.unread(token=took.token) == 1
+
+
+@check
 async def idempotent_checkin_ack_and_checkout(make: MeshFactory) -> None:
     async with make(FakeClock()) as mesh:
         request = CheckinRequest(agent_id="qa", role="reviewer", confirm=True)
         first = await mesh.checkin(request, idempotency_key="c-1")
-        retry = await mesh.checkin(request, idempotency_key="c-1")
-        assert isinstance(first, CheckinRecord) and isinstance(retry, CheckinRecord)
-        assert retry.replayed and retry.agent_id == "qa" and retry.expires_at == first.expires_at
-        assert first.token and retry.token is None, "the token is never stored, so a replay cannot show it"
+        assert isinstance(first, CheckinRecord) and first.token
+        # The token is never stored, so the retry of the check-in that made it cannot show it: it says so.
+        await raises(TokenGivenOnce, mesh.checkin(request, idempotency_key="c-1"))
+        renewal = CheckinRequest(agent_id="qa", status="renewed", confirm=True)
+        renewed = await mesh.checkin(renewal, token=first.token, idempotency_key="c-2")
+        retry = await mesh.checkin(renewal, token=first.token, idempotency_key="c-2")
+        assert isinstance(renewed, CheckinRecord) and isinstance(retry, CheckinRecord)
+        assert retry.replayed and retry.agent_id == "qa" and retry.expires_at == renewed.expires_at
         await raises(
             IdempotencyConflict, mesh.checkin(request.model_copy(update={"role": "builder"}), idempotency_key="c-1")
         )

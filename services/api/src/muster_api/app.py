@@ -22,7 +22,7 @@ from muster_api.logs import configure as configure_logging
 from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.routes import router as mesh_router
-from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit
+from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit, Unhandled
 from muster_api.runtime import Runtime
 from muster_api.settings import Settings
 
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
         app.include_router(router)
     dashboard.install(app)
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.
+    app.add_middleware(Unhandled)
     app.add_middleware(BodyLimit)
     app.add_middleware(ApiKeyGuard, keys=[k.get_secret_value() for k in settings.api_keys])
     app.add_middleware(AccessLog)

@@ -10,16 +10,25 @@ from collections.abc import Sequence
 from muster_api import __version__
 
 
+def _port(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port from 1 to 65535")
+    return int(value)
+
+
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from muster_api.settings import Settings
+    from muster_api.startup import check_bind, check_database, load_settings
 
-    settings = Settings()
+    settings = load_settings()
+    host = args.host or settings.host
+    check_bind(settings, host)
+    asyncio.run(check_database(settings, need_head=not settings.migrate_on_startup))
     uvicorn.run(
         "muster_api.app:app_from_env",
         factory=True,
-        host=args.host or settings.host,
+        host=host,
         port=args.port or settings.port,
         reload=args.reload,
         log_level=settings.log_level.lower(),
@@ -31,10 +40,13 @@ def _serve(args: argparse.Namespace) -> int:
 def _migrate(_args: argparse.Namespace) -> int:
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import current_revision, upgrade
-    from muster_api.settings import Settings
+    from muster_api.startup import check_database, load_settings
+
+    settings = load_settings()
 
     async def run() -> str | None:
-        engine = create_engine(Settings().database_url)
+        await check_database(settings, need_head=False)
+        engine = create_engine(settings.database_url)
         try:
             await upgrade(engine)
             return await current_revision(engine)
@@ -55,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the API (uvicorn)")
     serve.add_argument("--host", help="bind address (default MUSTER_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default MUSTER_PORT or 8000)")
+    serve.add_argument("--port", type=_port, help="port (default MUSTER_PORT or 8000)")
     serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
     serve.set_defaults(fn=_serve)
     sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)

@@ -3,6 +3,7 @@
 MusterApiError
 ├── ConfigurationError     bad settings or config file (startup refuses to run)
 ├── NotReadyError          database unreachable or migrations not at head (503)
+├── MigrationError         a migration left rows breaking a foreign key (rolled back)
 └── PayloadTooLargeError   request body over the service-wide bound (413)
 """
 
@@ -19,6 +20,10 @@ class ConfigurationError(MusterApiError):
 
 class NotReadyError(MusterApiError):
     """The service cannot serve yet: say why."""
+
+
+class MigrationError(MusterApiError):
+    """The migration chain would have left the database inconsistent; nothing of it was committed."""
 
 
 class PayloadTooLargeError(MusterApiError):

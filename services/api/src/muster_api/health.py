@@ -5,19 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from muster_api.db.migrate import current_revision, head_revision
-from muster_api.problems import problem
+from muster_api.problems import DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, problem
 from muster_api.runtime import Runtime
 
 router = APIRouter(tags=["health"])
+RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}
 
 
 @router.get("/healthz", summary="The process is alive")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
+
+
+@router.head("/healthz", summary="The process is alive (status only)")
+async def healthz_head() -> Response:
+    return Response(status_code=200)
 
 
 @router.get(
@@ -33,7 +39,30 @@ async def readyz(request: Request) -> Any:
             await conn.execute(text("SELECT 1"))
         current = await current_revision(runtime.engine)
     except Exception as exc:  # the reason is the answer here, whatever the driver raised
-        return problem(503, f"database unreachable: {type(exc).__name__}", instance="/readyz")
+        return problem(
+            503,
+            f"database unreachable: {type(exc).__name__}",
+            instance="/readyz",
+            headers=RETRY,
+            code=DATABASE_UNAVAILABLE,
+        )
     if current != head:
-        return problem(503, f"migrations not at head: database at {current}, code at {head}", instance="/readyz")
-    return JSONResponse({"status": "ready", "database": runtime.dialect, "revision": current})
+        return problem(
+            503,
+            f"migrations not at head: database at {current}, code at {head}; run `muster migrate`",
+            instance="/readyz",
+            code="migrations_not_at_head",
+        )
+    return JSONResponse({"status": "ready", "database": runtime.dialect.name, "revision": current})
+
+
+@router.head(
+    "/readyz",
+    summary="Readiness as a status only (200 or 503)",
+    responses={503: {"description": "not ready (GET /readyz says why)"}},
+)
+async def readyz_head(request: Request) -> Response:
+    ready: Response = await readyz(request)
+    return Response(
+        status_code=ready.status_code, headers={k: v for k, v in ready.headers.items() if k == "retry-after"}
+    )

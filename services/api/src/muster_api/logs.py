@@ -5,6 +5,9 @@ from __future__ import annotations
 import logging
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+# Libraries whose DEBUG lines carry a statement's bound parameters (message bodies, token hashes): kept at INFO even
+# when the process's root logger is set to DEBUG.
+PARAMETER_LOGGERS = ("aiosqlite",)
 
 
 def configure(level: str) -> None:
@@ -15,3 +18,5 @@ def configure(level: str) -> None:
         handler._muster = True  # type: ignore[attr-defined]
         root.addHandler(handler)
     root.setLevel(level.upper())
+    for name in PARAMETER_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)

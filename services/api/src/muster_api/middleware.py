@@ -8,14 +8,20 @@ import logging
 import time
 from collections.abc import Sequence
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from muster_api.problems import unhandled
 
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
-# The pages and their assets hold no data: the dashboard asks for a key itself when the API answers 401.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/"})
-OPEN_PREFIXES = ("/ui/",)
+# What a load balancer or an orchestrator probes without credentials. Everything else, the API's own description
+# (/docs, /openapi.json) included, needs a key once keys are set.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_METHODS = frozenset({"GET", "HEAD"})
+# The dashboard's page and static assets (no data in them): the page asks for a key itself when the API answers 401.
+OPEN_ASSETS = ("/", "/ui/")
 
 
 async def _send_problem(
@@ -90,27 +96,30 @@ class BodyLimit:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.limit:
-                    from muster_api.errors import PayloadTooLargeError
-
-                    raise PayloadTooLargeError(f"request body exceeds {self.limit} bytes")
+                    # An HTTPException is the one error FastAPI lets through its body parsing (any other becomes a
+                    # 400): its handler answers the 413 problem.
+                    raise HTTPException(413, f"request body exceeds {self.limit} bytes")
             return message
 
         await self.app(scope, _receive, send)
 
 
-def _open(path: str) -> bool:
-    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+def _open(path: str, method: str) -> bool:
+    if method not in OPEN_METHODS:
+        return False
+    return path in OPEN_PATHS or path == OPEN_ASSETS[0] or path.startswith(OPEN_ASSETS[1])
 
 
 class ApiKeyGuard:
-    """When MUSTER_API_KEYS is set, every request but health and docs needs one of them in ``X-API-Key``."""
+    """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health, readiness and the dashboard's page and
+    assets needs one of them in ``X-API-Key``."""
 
     def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or _open(scope["path"]):
+        if scope["type"] != "http" or not self.keys or _open(scope["path"], scope["method"]):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
@@ -127,3 +136,31 @@ class ApiKeyGuard:
             await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
             return
         await self.app(scope, receive, send)
+
+
+class Unhandled:
+    """Answers an error no exception handler answered (``problems.unhandled``: 503 for an unreachable database, else
+    a 500 with an error id) and does not re-raise it, so that it is logged once, in one line. An error after the
+    answer started (a stream) can only end the response: it is logged the same way."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def _send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, _send)
+        except Exception as exc:
+            response = unhandled(exc, scope["method"], scope["path"])
+            if not started:
+                await response(scope, receive, send)

@@ -7,12 +7,18 @@ Each capability contributes its rows in ``muster_api.<capability>.problems.STATU
 from __future__ import annotations
 
 import logging
+import sqlite3
+import traceback
+import uuid
+from collections.abc import Iterator
 from http import HTTPStatus
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from muster_api.a2a.problems import STATUS as A2A_STATUS
@@ -32,6 +38,91 @@ STATUS: dict[type[Exception], int] = {
     **A2A_STATUS,
     **DISPATCH_STATUS,
 }
+
+
+# How long a client should wait before retrying while the database is unreachable: reconnecting is attempted on
+# every call, so a short wait is enough to see it come back.
+RETRY_AFTER_SECONDS = 5
+DATABASE_UNAVAILABLE = "database_unavailable"
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,  # no pooled connection came free
+    asyncpg.PostgresConnectionError,  # cannot connect, or the connection broke
+    asyncpg.InterfaceError,  # the connection was closed under us
+    asyncpg.AdminShutdownError,  # the server is shutting down (pg_terminate_backend, a restart)
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,  # the server is starting up or shutting down
+    asyncpg.TooManyConnectionsError,
+    ConnectionError,  # refused or reset
+    TimeoutError,
+)
+# SQLite's errors are all one class; these messages are about reaching the file, not about the statement.
+_SQLITE_UNAVAILABLE = ("database is locked", "unable to open database file", "disk i/o error")
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        orig = getattr(current, "orig", None)
+        linked = (current.__cause__, current.__context__, orig if isinstance(orig, BaseException) else None)
+        stack.extend(e for e in linked if e is not None)
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether this error means the database could not be reached (a 503 to retry), not a bug (a 500)."""
+    for cause in _causes(exc):
+        if isinstance(cause, sa_exc.DBAPIError) and cause.connection_invalidated:
+            return True
+        if isinstance(cause, _UNAVAILABLE):
+            return True
+        if isinstance(cause, sqlite3.OperationalError) and str(cause).lower().startswith(_SQLITE_UNAVAILABLE):
+            return True
+    return False
+
+
+def _where(exc: BaseException) -> str:
+    """Where the error was raised (file:line in function): enough to find it, and no values."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "?"
+    last = frames[-1]
+    return f"{last.filename.rpartition('/')[2]}:{last.lineno} in {last.name}"
+
+
+def unhandled(exc: BaseException, method: str, path: str) -> JSONResponse:
+    """The answer to an error nothing else answered: 503 when the database is out of reach, else a 500 whose
+    ``error_id`` is in the one log line written for it. The log names the error's class and where it was raised,
+    never its message: a driver's message can carry bound parameters (message bodies, token hashes)."""
+    if database_unavailable(exc):
+        log.warning("database unavailable method=%s path=%s error=%s", method, path, type(exc).__name__)
+        return problem(
+            503,
+            f"the database is unreachable; retry in {RETRY_AFTER_SECONDS} s",
+            instance=path,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            code=DATABASE_UNAVAILABLE,
+        )
+    error_id = uuid.uuid4().hex[:16]
+    log.error(
+        "unhandled error error_id=%s method=%s path=%s error=%s at=%s",
+        error_id,
+        method,
+        path,
+        type(exc).__name__,
+        _where(exc),
+    )
+    return problem(
+        500, f"internal error {error_id}; the server log has a line with this id", instance=path, error_id=error_id
+    )
 
 
 def status_for(exc: BaseException) -> int | None:
@@ -94,16 +185,20 @@ async def _http(request: Request, exc: Exception) -> JSONResponse:
 async def _mapped(request: Request, exc: Exception) -> JSONResponse:
     status = status_for(exc)
     if status is None or (status >= 500 and not isinstance(exc, NotReadyError)):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(500, "internal error; see the server log", instance=request.url.path)
+        return unhandled(exc, request.method, request.url.path)
     extra: dict[str, Any] = getattr(exc, "problem_extra", None) or {}
-    return problem(status, str(exc), instance=request.url.path, **extra)
+    headers = None
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int | float):
+        headers = {"Retry-After": str(max(1, round(retry_after)))}
+    return problem(status, str(exc), instance=request.url.path, headers=headers, **extra)
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
-    # Registered per class so that Starlette answers them without re-raising; `Exception` is the last resort.
+    # Registered per class so that Starlette answers them without re-raising. Anything else is answered by the
+    # ``Unhandled`` middleware: an ``Exception`` handler here would be Starlette's server-error handler, which
+    # re-raises after answering, and the server would log the error a second time with its whole traceback.
     for cls in STATUS:
         app.add_exception_handler(cls, _mapped)
-    app.add_exception_handler(Exception, _mapped)

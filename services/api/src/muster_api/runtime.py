@@ -1,4 +1,4 @@
-"""What every capability of the service shares: settings, the engine, the clock."""
+"""What every capability of the service shares: settings, the engine, its dialect, the clock."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.settings import Settings
 
 
@@ -20,7 +21,8 @@ class Runtime:
     settings: Settings
     engine: AsyncEngine
     now: Callable[[], datetime] = field(default=utc_now)
+    # Chosen once, from the engine: everything else asks this object, never the database's name.
+    dialect: Dialect = field(init=False)
 
-    @property
-    def dialect(self) -> str:
-        return self.engine.dialect.name
+    def __post_init__(self) -> None:
+        self.dialect = dialect_of(self.engine)

@@ -67,7 +67,7 @@ class A2AState:
         self.runtime = runtime
         self.config = config
         self.owner = uuid.uuid4().hex
-        self.store = SqlCallStore(runtime.engine)
+        self.store = SqlCallStore(runtime.engine, runtime.dialect)
         self.tracker = CallTracker(self.store, runtime.now, owner=self.owner, lease=lease or LEASE)
         self.renew_every = renew_every or RENEW_EVERY
         self.scan_every = scan_every or SCAN_EVERY

@@ -10,8 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from muster_a2a import AgentSet, AgentStatus, CallRecord, Collision, UnknownCallError
 from muster_api.a2a.component import A2AState
+from muster_api.jsonbody import StrictJsonRoute
 
-router = APIRouter(prefix="/a2a", tags=["a2a"])
+router = APIRouter(prefix="/a2a", tags=["a2a"], route_class=StrictJsonRoute)
 
 
 class AgentsOut(BaseModel):
@@ -25,8 +26,12 @@ class AgentsOut(BaseModel):
 class CallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    task: str = Field(min_length=1, max_length=100_000)
-    wait: bool = Field(default=True, description="false: answer 202 with the stored call at once and follow it")
+    task: str = Field(
+        min_length=1, max_length=100_000, pattern=r"^[^\x00]+$", description="The task text (no NUL character)."
+    )
+    wait: bool = Field(
+        default=True, strict=True, description="false: answer 202 with the stored call at once and follow it"
+    )
 
 
 class CallOut(BaseModel):

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_a2a import CallRecord, ToolResult
 from muster_api.a2a.tables import calls
-from muster_api.db.dialect import lock_claimable, upsert
+from muster_api.db.dialect import Dialect, dialect_of
 
 _COLUMNS = [c.name for c in calls.columns]
 # A replace never touches who holds the call: only claim / renew / release do.
@@ -26,8 +26,9 @@ def _free(now: datetime) -> ColumnElement[bool]:
 
 
 class SqlCallStore:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         self.engine = engine
+        self.dialect = dialect or dialect_of(engine)
 
     async def save(self, record: CallRecord) -> None:
         values: dict[str, Any] = record.model_dump(exclude={"result"})
@@ -38,7 +39,7 @@ class SqlCallStore:
             # Finished: held by nobody, in the same write (a reader never sees a result with a live lease).
             values["owner"] = values["lease_expires_at"] = None
             replaced = [*_REPLACED, "owner", "lease_expires_at"]
-        stmt = upsert(self.engine.dialect.name, calls, values, conflict=["id"], update=replaced)
+        stmt = self.dialect.upsert(calls, values, conflict=["id"], update=replaced)
         async with self.engine.begin() as conn:
             await conn.execute(stmt)
 
@@ -56,7 +57,7 @@ class SqlCallStore:
     async def claim(self, owner: str, now: datetime, until: datetime, *, limit: int = 100) -> list[CallRecord]:
         candidates = select(calls.c.id).where(_free(now)).order_by(calls.c.created_at, calls.c.id).limit(limit)
         async with self.engine.begin() as conn:
-            ids = list((await conn.execute(lock_claimable(self.engine.dialect.name, candidates))).scalars())
+            ids = list((await conn.execute(self.dialect.lock_claimable(candidates))).scalars())
             if not ids:
                 return []
             # Conditional: a row whose lease was renewed or taken since the select is left alone.

@@ -18,6 +18,8 @@ PING_AFTER_IDLE_SECONDS = 1.0
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    # An error's message must never carry bound parameters (message bodies, token hashes) into a log or a problem.
+    kwargs.setdefault("hide_parameters", True)
     if not is_sqlite(url):
         kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 10)

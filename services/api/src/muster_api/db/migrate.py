@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from alembic import command
@@ -12,12 +12,19 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from muster_api.db.dialect import dialect_of
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
-def alembic_config(connection: Connection | None = None) -> Config:
+def alembic_config(connection: Connection | None = None, *, versions: Sequence[Path] = ()) -> Config:
+    """The chain's configuration; ``versions`` adds directories of steps on top of it (tests add one)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if versions:
+        locations = [MIGRATIONS_DIR / "versions", *versions]
+        cfg.set_main_option("version_locations", " ".join(str(p) for p in locations))
+        cfg.set_main_option("path_separator", "space")
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
@@ -30,17 +37,17 @@ def head_revision() -> str:
     return heads[0]
 
 
-async def _run(engine: AsyncEngine, fn: Callable[[Config], None]) -> None:
-    async with engine.begin() as conn:
-        await conn.run_sync(lambda sync_conn: fn(alembic_config(sync_conn)))
+async def _run(engine: AsyncEngine, fn: Callable[[Config], None], versions: Sequence[Path] = ()) -> None:
+    async with dialect_of(engine).migrating(engine) as conn:
+        await conn.run_sync(lambda sync_conn: fn(alembic_config(sync_conn, versions=versions)))
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    await _run(engine, lambda cfg: command.upgrade(cfg, revision))
+async def upgrade(engine: AsyncEngine, revision: str = "head", *, versions: Sequence[Path] = ()) -> None:
+    await _run(engine, lambda cfg: command.upgrade(cfg, revision), versions)
 
 
-async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
-    await _run(engine, lambda cfg: command.downgrade(cfg, revision))
+async def downgrade(engine: AsyncEngine, revision: str = "base", *, versions: Sequence[Path] = ()) -> None:
+    await _run(engine, lambda cfg: command.downgrade(cfg, revision), versions)
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:

@@ -6,9 +6,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, MetaData
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from muster_api.db.dialect import dialect_of
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -33,7 +34,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError("naive datetime refused: pass a UTC-aware datetime")
         value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.replace(tzinfo=None) if dialect_of(dialect).naive_datetimes else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -48,6 +49,4 @@ class JSONDocument(TypeDecorator[Any]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(JSONB())
-        return dialect.type_descriptor(JSON())
+        return dialect_of(dialect).json_type(dialect)

@@ -9,12 +9,17 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import anyio
+from anyio.abc import TaskGroup
 from fastapi import FastAPI
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from muster_api.db.dialect import Dialect
 from muster_api.mesh.notify import PgNotifier
-from muster_api.mesh.store import SqlMeshStore
+from muster_api.mesh.store import SqlMeshStore, TransactionNotifier
+from muster_api.mesh.store_postgres import PostgresMeshStore
+from muster_api.mesh.store_sqlite import SqliteMeshStore
 from muster_api.runtime import Runtime
 from muster_mesh import LocalNotifier, Mesh, MeshLimits
 from muster_mesh.store import Notifier
@@ -32,6 +37,7 @@ class MeshSettings(BaseSettings):
     read_retention_hours: float = Field(default=7 * 24, gt=0)
     expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
     sweep_seconds: float = Field(default=300.0, gt=0)
+    fanout_per_minute: int = Field(default=60, ge=1, le=100_000)
 
     def limits(self) -> MeshLimits:
         return MeshLimits(
@@ -39,6 +45,7 @@ class MeshSettings(BaseSettings):
             max_wait_seconds=self.max_wait_seconds,
             read_retention=timedelta(hours=self.read_retention_hours),
             expired_agent_retention=timedelta(hours=self.expired_agent_retention_hours),
+            fanout_per_minute=self.fanout_per_minute,
         )
 
 
@@ -60,21 +67,32 @@ async def _sweep_forever(mesh: Mesh, every: float) -> None:
             )
 
 
+def make_store(engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> SqlMeshStore:
+    """The SQL mesh store with this database's own part."""
+    store_class: type[SqlMeshStore] = dialect.pick(sqlite=SqliteMeshStore, postgresql=PostgresMeshStore)
+    return store_class(engine, dialect, notifier)
+
+
+@asynccontextmanager
+async def _on_sqlite(runtime: Runtime, _tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
+    # One instance per database file: wake-ups stay in the process.
+    yield make_store(runtime.engine, runtime.dialect), LocalNotifier()
+
+
+@asynccontextmanager
+async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
+    # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent from the sending transaction.
+    pg = PgNotifier(runtime.engine)
+    await tg.start(pg.run)
+    yield make_store(runtime.engine, runtime.dialect, pg), pg
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
     settings = MeshSettings()
-    store = SqlMeshStore(runtime.engine)
-    try:
-        async with anyio.create_task_group() as tg:
-            notifier: Notifier
-            if runtime.dialect == "postgresql":
-                pg = PgNotifier(runtime.engine)
-                await tg.start(pg.run)
-                store.notify_in_transaction = pg.notify_in_transaction
-                store.notify_payloads = pg.payload
-                notifier = pg
-            else:
-                notifier = LocalNotifier()
+    parts = runtime.dialect.pick(sqlite=_on_sqlite, postgresql=_on_postgres)
+    async with anyio.create_task_group() as tg, parts(runtime, tg) as (store, notifier):
+        try:
             # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
             app.state.mesh = mesh
@@ -83,6 +101,6 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
                 yield
             finally:
                 tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await store.aclose()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await store.aclose()

@@ -15,17 +15,21 @@ from muster_mesh import (
     MeshAuthError,
     MeshError,
     MessageTooLarge,
+    RateLimited,
     RecipientExpired,
+    TokenGivenOnce,
 )
 
 STATUS: dict[type[Exception], int] = {
     MeshError: 400,
-    MeshAuthError: 401,  # TokenRequired (and IdentityConflict), InvalidToken, LeaseExpired
+    MeshAuthError: 401,  # TokenRequired (and IdentityConflict), InvalidToken (and Superseded), LeaseExpired
     Forbidden: 403,  # NotTheHolder
     AgentNotFound: 404,  # and RecipientNotFound
     RecipientExpired: 409,
     IdempotencyConflict: 409,
+    TokenGivenOnce: 409,
     InvalidCursor: 422,
     MessageTooLarge: 413,
+    RateLimited: 429,  # with Retry-After
     InvalidRequest: 422,  # and InvalidAddress
 }

@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
 from muster_api.etag import conditional
+from muster_api.jsonbody import StrictJsonRoute
 from muster_mesh import (
     AckPreview,
     AckRequest,
@@ -45,9 +46,9 @@ from muster_mesh import (
     SendResult,
 )
 from muster_mesh.mesh import Mesh
-from muster_mesh.models import AgentId, Label, Repo
+from muster_mesh.models import MAX_SEQ, AgentId, Cursor, Label, Repo
 
-router = APIRouter(prefix="/mesh", tags=["mesh"])
+router = APIRouter(prefix="/mesh", tags=["mesh"], route_class=StrictJsonRoute)
 
 PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -212,7 +213,9 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> R
 )
 async def read_inbox(
     call: Annotated[Call, Depends(caller("after", "limit", "wait_seconds"))],
-    after: Annotated[int | None, Query(ge=0, description="Cursor: messages after this sequence.")] = None,
+    after: Annotated[
+        Cursor | None, Query(description="Cursor: messages after this sequence (at most the inbox's last).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     wait_seconds: Annotated[
         float, Query(ge=0, le=60, description="Long-poll: answer as soon as a message is stored.")
@@ -246,19 +249,42 @@ async def checkout(
     return answer(await call.mesh.checkout(body or CheckoutRequest(), token=call.token, idempotency_key=call.key))
 
 
+_LAST_EVENT_ID = {
+    "name": "Last-Event-ID",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_SEQ},
+    "description": "Resume after this sequence (sent by an EventSource when it reconnects); wins over `after`.",
+}
+
+
+def _last_event_id(request: Request) -> int | None:
+    """The header as a cursor; read here rather than declared so that OpenAPI does not call it nullable."""
+    raw = request.headers.get("last-event-id")
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) > MAX_SEQ:
+        raise InvalidRequest(
+            f"Last-Event-ID must be a sequence number from 0 to {MAX_SEQ}",
+            errors=[{"field": "Last-Event-ID", "rule": "int_parsing", "message": "not a sequence number"}],
+        )
+    return int(raw)
+
+
 async def _first_page(
+    request: Request,
     call: Annotated[Call, Depends(caller("after"))],
-    after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[int | None, Header(ge=0, description="Resume after this sequence.")] = None,
+    after: Annotated[Cursor | None, Query(description="Messages after this sequence.")] = None,
 ) -> tuple[Mesh, str | None, InboxPage]:
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.
+    last_event_id = _last_event_id(request)
     start = last_event_id if last_event_id is not None else after
     return call.mesh, call.token, await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE)
 
 
 @router.get(
     "/inbox/stream",
-    openapi_extra=READ_DOC,
+    openapi_extra={"parameters": [_BEARER, _LAST_EVENT_ID]},
     response_class=EventSourceResponse,
     summary="The caller's inbox as Server-Sent Events (event `message`, id = sequence; resumable with Last-Event-ID)",
     responses=AUTH_ERRORS,

@@ -1,26 +1,26 @@
-"""``SqlMeshStore``: the mesh's rows in the service's database (SQLite or PostgreSQL), one SQL transaction per
-``MeshTx``, one statement per store call.
+"""``SqlMeshStore``: the mesh's rows in the service's database, one SQL transaction per ``MeshTx``, one statement per
+store call. This module is the portable core; ``store_sqlite`` and ``store_postgres`` override only what must differ
+(their fast paths and how transactions are opened); ``component.make_store`` lets the dialect pick the one to use.
 
-Locking: on PostgreSQL ``for_update``/``lock_agents`` take row locks (``SELECT … FOR UPDATE``) and every UPDATE locks
-what it writes; on SQLite every transaction holds the database write lock from its start (``BEGIN IMMEDIATE`` in
-``db.engine``).
+Locking: where the database has row locks (``Dialect.row_locks``), ``for_update``/``lock_agents`` take them and every
+UPDATE locks what it writes; SQLite holds the database write lock from each transaction's start.
 
-Hot statements are built once, at import, with bind parameters: building a statement costs more Python time than
-SQLite takes to run it.
+Hot statements are built once, at import, with explicitly named bind parameters: building a statement costs more
+Python time than SQLite takes to run it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
-import anyio
 from sqlalchemy import (
+    BigInteger,
     CursorResult,
     Select,
     String,
@@ -29,18 +29,15 @@ from sqlalchemy import (
     case,
     delete,
     exists,
+    literal_column,
     select,
-    text,
     tuple_,
-    type_coerce,
     update,
 )
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
 
-from muster_api.db.dialect import insert_ignore, json_array_contains
+from muster_api.db.dialect import Dialect
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
 from muster_mesh import (
     AgentChanges,
@@ -56,24 +53,27 @@ from muster_mesh import (
 # How many token → ttl hints to keep (see SqlMeshStore); past it the map starts over.
 MAX_HINTS = 50_000
 
-_BY_ID = select(agents).where(agents.c.agent_id == bindparam("p_id"))
-_BY_ID_LOCKED = _BY_ID.with_for_update()
-_BY_TOKEN = select(agents).where(agents.c.token_hash == bindparam("p_hash"))
-_BY_TOKEN_LOCKED = _BY_TOKEN.with_for_update()
-_ID_BY_TOKEN = select(agents.c.agent_id).where(agents.c.token_hash == bindparam("p_hash"))
+
+def _p(name: str, column: str) -> BindParameter[Any]:
+    return bindparam(name, type_=agents.c[column].type)
+
+
+BY_ID = select(agents).where(agents.c.agent_id == bindparam("p_id"))
+BY_TOKEN = select(agents).where(agents.c.token_hash == bindparam("p_hash"))
+ID_BY_TOKEN = select(agents.c.agent_id).where(agents.c.token_hash == bindparam("p_hash"))
 # The lease arithmetic stays in Python (expires_at is computed, never derived in SQL): the caller passes the expiry
 # for the TTL it expects, and the row must still have that TTL.
-_RENEW_BY_TOKEN = (
+RENEW_BY_TOKEN = (
     update(agents)
     .where(
         agents.c.token_hash == bindparam("p_hash"),
-        agents.c.expires_at > bindparam("p_now"),
+        agents.c.expires_at > _p("p_now", "expires_at"),
         agents.c.ttl_seconds == bindparam("p_ttl"),
     )
-    .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"))
+    .values(last_seen_at=_p("p_seen", "last_seen_at"), expires_at=_p("p_exp", "expires_at"))
     .returning(*agents.c)
 )
-_TOUCH = (
+TOUCH = (
     update(agents)
     .where(
         agents.c.agent_id == bindparam("p_id"),
@@ -82,21 +82,32 @@ _TOUCH = (
     )
     .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"))
 )
-_BUMP_ONE = (
+# ``+ 1`` as a literal: the statement's only parameters are the ones named here.
+_NEXT_SEQ = agents.c.last_seq + literal_column("1", BigInteger)
+BUMP_ONE = (
     update(agents)
-    .where(agents.c.agent_id == bindparam("p_id"), agents.c.expires_at > bindparam("p_now"))
-    .values(last_seq=agents.c.last_seq + 1)
+    .where(agents.c.agent_id == bindparam("p_id"), agents.c.expires_at > _p("p_now", "expires_at"))
+    .values(last_seq=_NEXT_SEQ)
     .returning(agents.c.agent_id, agents.c.last_seq)
 )
-_SET_CURSOR = update(agents).where(agents.c.agent_id == bindparam("p_id")).values(read_cursor=bindparam("p_cursor"))
-_END_LEASE = (
+BUMP_MANY = (
+    update(agents)
+    .where(agents.c.agent_id.in_(bindparam("p_ids", expanding=True)), agents.c.expires_at > bindparam("p_now"))
+    .values(last_seq=_NEXT_SEQ)
+    .returning(agents.c.agent_id, agents.c.last_seq)
+)
+SET_CURSOR = update(agents).where(agents.c.agent_id == bindparam("p_id")).values(read_cursor=bindparam("p_cursor"))
+END_LEASE = (
     update(agents)
     .where(agents.c.agent_id == bindparam("p_id"))
     .values(last_seen_at=bindparam("p_now"), expires_at=bindparam("p_now"))
 )
-_INSERT_MESSAGE = messages.insert()
-_INSERT_INBOX = inbox.insert()
-_READ_INBOX = (
+LOCK_AGENTS = (
+    select(agents).where(agents.c.agent_id.in_(bindparam("p_ids", expanding=True))).order_by(agents.c.agent_id)
+)
+INSERT_MESSAGE = messages.insert()
+INSERT_INBOX = inbox.insert()
+READ_INBOX = (
     select(
         inbox.c.seq, messages.c.message_id, messages.c.sender, messages.c.body, messages.c.thread_id, messages.c.sent_at
     )
@@ -105,71 +116,71 @@ _READ_INBOX = (
     .order_by(inbox.c.seq)
     .limit(bindparam("p_limit"))
 )
-_GET_IDEMPOTENCY = select(idempotency).where(
+GET_IDEMPOTENCY = select(idempotency).where(
     idempotency.c.scope == bindparam("p_scope"), idempotency.c.idem_key == bindparam("p_key")
 )
 
-
-_PG_ADD_MESSAGE_SQL = """
-WITH m AS (
-    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
-    VALUES (:message_id, :sender, :body, :thread_id, :sent_at)
-    RETURNING message_id
-), i AS (
-    INSERT INTO mesh_inbox (recipient, seq, message_id)
-    SELECT u.recipient, u.seq, m.message_id
-    FROM m, unnest(CAST(:recipients AS text[]), CAST(:seqs AS bigint[])) AS u(recipient, seq)
-    RETURNING 1
-)
-SELECT {notify} FROM (SELECT count(*) AS n FROM i) AS done
-"""
-_PG_ADD_MESSAGE = text(_PG_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :payload)")).bindparams(
-    bindparam("sent_at", type_=messages.c.sent_at.type)
-)
-_PG_ADD_MESSAGE_QUIET = text(_PG_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(
-    bindparam("sent_at", type_=messages.c.sent_at.type)
-)
+# Columns a directory page may read as their stored text (see Dialect.stored_text and the row mapper).
+_TEXT_COLUMNS = ("caps", "last_seen_at", "status_since", "expires_at")
 
 
-# SQLite's hot send statements, run on the driver connection (aiosqlite) inside the same transaction: through
-# SQLAlchemy's adapter each statement is three or four hops to aiosqlite's thread (cursor, execute, fetch, close),
-# here one. The SQL is SQLAlchemy's own compilation of the statements above, so both paths run the same text.
-_SQLITE_NAMED = sqlite_dialect.dialect(paramstyle="named")
-_SQLITE_RENEW = str(_RENEW_BY_TOKEN.compile(dialect=_SQLITE_NAMED))
-_SQLITE_BUMP_ONE = str(_BUMP_ONE.compile(dialect=_SQLITE_NAMED))
-_SQLITE_INSERT_MESSAGE = str(_INSERT_MESSAGE.compile(dialect=_SQLITE_NAMED))
-_SQLITE_INSERT_INBOX = str(_INSERT_INBOX.compile(dialect=_SQLITE_NAMED))
-# UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
-# compared text must be the same on both paths.
-_SQLITE_TIME = agents.c.expires_at.type.dialect_impl(_SQLITE_NAMED).bind_processor(_SQLITE_NAMED)
+def _time(value: datetime | str) -> datetime:
+    """A stored datetime, whether the driver decoded it or handed over its stored text (UTC either way)."""
+    if isinstance(value, datetime):
+        return value
+    parsed = datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def _sqlite_time(value: datetime) -> str:
-    assert _SQLITE_TIME is not None
-    return str(_SQLITE_TIME(value))
+def _caps(value: list[str] | str) -> tuple[str, ...]:
+    return tuple(json.loads(value) if isinstance(value, str) else value)
 
 
-def _agent_tuple(row: Sequence[Any]) -> AgentRecord:
-    """An agent from a driver row in ``agents.c`` order (SQLite: datetimes and caps as their stored text)."""
+def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
+    """The one row mapper of ``mesh_agents``, by column name, for rows from SQLAlchemy or from a driver."""
     return AgentRecord(
-        agent_id=row[0],
-        token_hash=row[1],
-        role=row[2],
-        repo=row[3],
-        caps=tuple(json.loads(row[4])),
-        status=row[5],
-        ttl_seconds=row[6],
-        last_seen_at=_utc(row[7]),
-        status_since=_utc(row[8]),
-        expires_at=_utc(row[9]),
-        last_seq=row[10],
-        read_cursor=row[11],
-        floor_seq=row[12],
+        agent_id=m["agent_id"],
+        token_hash=m["token_hash"],
+        role=m["role"],
+        repo=m["repo"],
+        caps=_caps(m["caps"]),
+        status=m["status"],
+        ttl_seconds=m["ttl_seconds"],
+        last_seen_at=_time(m["last_seen_at"]),
+        status_since=_time(m["status_since"]),
+        expires_at=_time(m["expires_at"]),
+        last_seq=m["last_seq"],
+        read_cursor=m["read_cursor"],
+        floor_seq=m["floor_seq"],
     )
 
 
-def _p(name: str, column: str) -> BindParameter[Any]:
-    return bindparam(name, type_=agents.c[column].type)
+def agent_values(record: AgentRecord) -> dict[str, Any]:
+    return {
+        "agent_id": record.agent_id,
+        "token_hash": record.token_hash,
+        "role": record.role,
+        "repo": record.repo,
+        "caps": list(record.caps),
+        "status": record.status,
+        "ttl_seconds": record.ttl_seconds,
+        "last_seen_at": record.last_seen_at,
+        "status_since": record.status_since,
+        "expires_at": record.expires_at,
+        "last_seq": record.last_seq,
+        "read_cursor": record.read_cursor,
+        "floor_seq": record.floor_seq,
+    }
+
+
+def message_values(message: MessageRecord) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id,
+        "sender": message.sender,
+        "body": message.body,
+        "thread_id": message.thread_id,
+        "sent_at": message.sent_at,
+    }
 
 
 @lru_cache(maxsize=64)
@@ -199,34 +210,35 @@ def _renew_checkin(role: bool, repo: bool, caps: bool, status: bool, keep_ttl: b
     return stmt.values(values).returning(*agents.c)
 
 
-def _agent(row: Row[Any]) -> AgentRecord:
-    m = row._mapping
-    return AgentRecord(
-        agent_id=m["agent_id"],
-        token_hash=m["token_hash"],
-        role=m["role"],
-        repo=m["repo"],
-        caps=tuple(m["caps"]),
-        status=m["status"],
-        ttl_seconds=m["ttl_seconds"],
-        last_seen_at=m["last_seen_at"],
-        status_since=m["status_since"],
-        expires_at=m["expires_at"],
-        last_seq=m["last_seq"],
-        read_cursor=m["read_cursor"],
-        floor_seq=m["floor_seq"],
-    )
-
-
-_TEXT_COLUMNS = ("caps", "last_seen_at", "status_since", "expires_at")
+def _renew_checkin_params(
+    agent_id: str, token_hash: str, now: datetime, ttl: int, keep: int | None, changes: AgentChanges
+) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "p_id": agent_id,
+        "p_hash": token_hash,
+        "p_now": now,
+        "p_seen": now,
+        "p_exp": now + timedelta(seconds=ttl),
+        "p_ttl_new": ttl,
+    }
+    if keep is not None:
+        params["p_ttl_old"] = keep
+    if changes.role is not None:
+        params["p_role"] = changes.role
+    if changes.repo is not None:
+        params["p_repo"] = changes.repo
+    if changes.caps is not None:
+        params["p_caps"] = list(changes.caps)
+    if changes.status is not None:
+        params.update(p_status=changes.status, p_status_old=changes.status, p_since=now)
+    return params
 
 
 @lru_cache(maxsize=64)
-def _list_statement(dialect: str, live: bool, role: bool, repo: bool, cap: bool, after: bool) -> Select[Any]:
-    """A directory page for this filter shape, built once. On SQLite the JSON and datetime columns come back as their
-    stored text: parsing a page's worth with ``fromisoformat``/``json.loads`` costs a fraction of SQLAlchemy's
-    per-value result processing."""
-    columns = [type_coerce(c, String) if dialect == "sqlite" and c.name in _TEXT_COLUMNS else c for c in agents.c]
+def _list_statement(dialect: Dialect, live: bool, role: bool, repo: bool, cap: bool, after: bool) -> Select[Any]:
+    """A directory page for this filter shape, built once; the JSON and datetime columns come back as the dialect
+    finds them cheapest to decode (``Dialect.stored_text``)."""
+    columns = [dialect.stored_text(c) if c.name in _TEXT_COLUMNS else c for c in agents.c]
     stmt = select(*columns).order_by(agents.c.agent_id).limit(bindparam("p_limit"))
     if live:
         stmt = stmt.where(agents.c.expires_at > _p("p_live", "expires_at"))
@@ -235,52 +247,10 @@ def _list_statement(dialect: str, live: bool, role: bool, repo: bool, cap: bool,
     if repo:
         stmt = stmt.where(agents.c.repo == bindparam("p_repo"))
     if cap:
-        stmt = stmt.where(json_array_contains(dialect, agents.c.caps, bindparam("p_cap", type_=String)))
+        stmt = stmt.where(dialect.json_array_contains(agents.c.caps, bindparam("p_cap", type_=String)))
     if after:
         stmt = stmt.where(agents.c.agent_id > bindparam("p_after"))
     return stmt
-
-
-def _utc(text_value: str) -> datetime:
-    value = datetime.fromisoformat(text_value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _agent_text(row: Row[Any]) -> AgentRecord:
-    m = row._mapping
-    return AgentRecord(
-        agent_id=m["agent_id"],
-        token_hash=m["token_hash"],
-        role=m["role"],
-        repo=m["repo"],
-        caps=tuple(json.loads(m["caps"])),
-        status=m["status"],
-        ttl_seconds=m["ttl_seconds"],
-        last_seen_at=_utc(m["last_seen_at"]),
-        status_since=_utc(m["status_since"]),
-        expires_at=_utc(m["expires_at"]),
-        last_seq=m["last_seq"],
-        read_cursor=m["read_cursor"],
-        floor_seq=m["floor_seq"],
-    )
-
-
-def _agent_values(record: AgentRecord) -> dict[str, Any]:
-    return {
-        "agent_id": record.agent_id,
-        "token_hash": record.token_hash,
-        "role": record.role,
-        "repo": record.repo,
-        "caps": list(record.caps),
-        "status": record.status,
-        "ttl_seconds": record.ttl_seconds,
-        "last_seen_at": record.last_seen_at,
-        "status_since": record.status_since,
-        "expires_at": record.expires_at,
-        "last_seq": record.last_seq,
-        "read_cursor": record.read_cursor,
-        "floor_seq": record.floor_seq,
-    }
 
 
 def _rowcount(result: Any) -> int:
@@ -288,104 +258,95 @@ def _rowcount(result: Any) -> int:
     return max(result.rowcount, 0)
 
 
+class TransactionNotifier(Protocol):
+    """Wakes other instances' readers from inside the sending transaction (delivered exactly at its commit)."""
+
+    async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
+
+    def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
+        """(channel, payload) of the one notification for these recipients, or (None, None) when they need
+        several (``notify_in_transaction`` then sends them)."""
+        ...
+
+
 class SqlMeshTx:
+    """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""
+
     def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
         self._conn = conn
         self._store = store
-        self._dialect = conn.dialect.name
-        self._row_locks = self._dialect == "postgresql"
-        self._driver: Any = None
 
-    async def _sqlite(self) -> Any:
-        """The aiosqlite connection under this transaction's SQLAlchemy connection (SQLite only)."""
-        if self._driver is None:
-            self._driver = (await self._conn.get_raw_connection()).driver_connection
-        return self._driver
+    async def _first_agent(self, stmt: Any, params: Mapping[str, Any]) -> AgentRecord | None:
+        row = (await self._conn.execute(stmt, params)).first()
+        return agent_from(row._mapping) if row is not None else None
 
     async def get_agent(self, agent_id: str, *, for_update: bool = False) -> AgentRecord | None:
-        stmt = _BY_ID_LOCKED if for_update and self._row_locks else _BY_ID
-        row = (await self._conn.execute(stmt, {"p_id": agent_id})).first()
-        return _agent(row) if row else None
+        return await self._first_agent(self._store.by_id_locked if for_update else BY_ID, {"p_id": agent_id})
 
     async def find_by_token(self, token_hash: str) -> AgentRecord | None:
-        row = (await self._conn.execute(_BY_TOKEN, {"p_hash": token_hash})).first()
-        return _agent(row) if row else None
+        return await self._first_agent(BY_TOKEN, {"p_hash": token_hash})
 
     async def agent_id_for(self, token_hash: str) -> str | None:
         known = self._store.token_ids.get(token_hash)
         if known is not None:
             return known
-        row = (await self._conn.execute(_ID_BY_TOKEN, {"p_hash": token_hash})).first()
+        row = (await self._conn.execute(ID_BY_TOKEN, {"p_hash": token_hash})).first()
         if row is None:
             return None
-        self._store.remember_token(token_hash, row[0])
-        return str(row[0])
+        agent_id = str(row.agent_id)
+        self._store.remember_token(token_hash, agent_id)
+        return agent_id
 
     async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
         # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
         # only costs the fallback): select, then update.
         ttl = self._store.ttl_hints.get(token_hash)
-        if ttl is not None and self._dialect == "sqlite":
-            exp = now + timedelta(seconds=ttl)
-            now_text = _sqlite_time(now)
-            sqlite_params = {
-                "p_hash": token_hash,
-                "p_now": now_text,
-                "p_ttl": ttl,
-                "p_seen": now_text,
-                "p_exp": _sqlite_time(exp),
-            }
-            rows = await (await self._sqlite()).execute_fetchall(_SQLITE_RENEW, sqlite_params)
-            if rows:
-                return _agent_tuple(rows[0])
-        elif ttl is not None:
-            params = {
-                "p_hash": token_hash,
-                "p_now": now,
-                "p_ttl": ttl,
-                "p_seen": now,
-                "p_exp": now + timedelta(seconds=ttl),
-            }
-            row = (await self._conn.execute(_RENEW_BY_TOKEN, params)).first()
-            if row is not None:
-                return _agent(row)
-        stmt = _BY_TOKEN_LOCKED if self._row_locks else _BY_TOKEN
-        row = (await self._conn.execute(stmt, {"p_hash": token_hash})).first()
-        if row is None:
-            return None
-        agent = _agent(row)
-        if not agent.live_at(now):
+        if ttl is not None:
+            renewed = await self._renew_with_ttl(token_hash, now, ttl)
+            if renewed is not None:
+                return renewed
+        agent = await self._first_agent(self._store.by_token_locked, {"p_hash": token_hash})
+        if agent is None or not agent.live_at(now):
             return agent
         self._store.hint(token_hash, agent.ttl_seconds)
         expires_at = now + timedelta(seconds=agent.ttl_seconds)
         await self.touch(agent.agent_id, token_hash, now, expires_at)
         return replace(agent, last_seen_at=now, expires_at=expires_at)
 
+    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int) -> AgentRecord | None:
+        params = {
+            "p_hash": token_hash,
+            "p_now": now,
+            "p_ttl": ttl,
+            "p_seen": now,
+            "p_exp": now + timedelta(seconds=ttl),
+        }
+        return await self._first_agent(RENEW_BY_TOKEN, params)
+
     async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
         params = {"p_id": agent_id, "p_hash": token_hash, "p_now": now, "p_seen": now, "p_exp": expires_at}
-        return _rowcount(await self._conn.execute(_TOUCH, params)) == 1
+        return _rowcount(await self._conn.execute(TOUCH, params)) == 1
 
     async def renew_checkin(
         self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
     ) -> AgentRecord | None:
-        ttl = ttl_seconds
-        if ttl is None:
-            # Keeping the row's TTL: known from a hint, re-checked by the WHERE (a stale one costs the fallback).
-            ttl = self._store.ttl_hints.get(token_hash)
-            if ttl is not None:
-                renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
-                if renewed is not None:
-                    return renewed
-            current = await self.get_agent(agent_id, for_update=True)
-            if current is None or current.token_hash != token_hash or not current.live_at(now):
-                return None
-            ttl = current.ttl_seconds
-            self._store.hint(token_hash, ttl)
-            return await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
-        renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, None, changes)
-        if renewed is not None:
-            self._store.hint(token_hash, ttl)
-        return renewed
+        if ttl_seconds is not None:
+            renewed = await self._renew_checkin(agent_id, token_hash, now, ttl_seconds, None, changes)
+            if renewed is not None:
+                self._store.hint(token_hash, ttl_seconds)
+            return renewed
+        # Keeping the row's TTL: known from a hint, re-checked by the WHERE (a stale one costs the fallback).
+        ttl = self._store.ttl_hints.get(token_hash)
+        if ttl is not None:
+            renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
+            if renewed is not None:
+                return renewed
+        current = await self.get_agent(agent_id, for_update=True)
+        if current is None or current.token_hash != token_hash or not current.live_at(now):
+            return None
+        ttl = current.ttl_seconds
+        self._store.hint(token_hash, ttl)
+        return await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
 
     async def _renew_checkin(
         self, agent_id: str, token_hash: str, now: datetime, ttl: int, keep: int | None, changes: AgentChanges
@@ -397,46 +358,27 @@ class SqlMeshTx:
             changes.status is not None,
             keep is not None,
         )
-        params: dict[str, Any] = {
-            "p_id": agent_id,
-            "p_hash": token_hash,
-            "p_now": now,
-            "p_seen": now,
-            "p_exp": now + timedelta(seconds=ttl),
-            "p_ttl_new": ttl,
-        }
-        if keep is not None:
-            params["p_ttl_old"] = keep
-        if changes.role is not None:
-            params["p_role"] = changes.role
-        if changes.repo is not None:
-            params["p_repo"] = changes.repo
-        if changes.caps is not None:
-            params["p_caps"] = list(changes.caps)
-        if changes.status is not None:
-            params.update(p_status=changes.status, p_status_old=changes.status, p_since=now)
-        row = (await self._conn.execute(stmt, params)).first()
-        return _agent(row) if row else None
+        return await self._first_agent(stmt, _renew_checkin_params(agent_id, token_hash, now, ttl, keep, changes))
 
     async def create_agent(self, record: AgentRecord) -> bool:
-        stmt = insert_ignore(self._dialect, agents, _agent_values(record), conflict=["agent_id"])
+        stmt = self._store.dialect.insert_ignore(agents, agent_values(record), conflict=["agent_id"])
         return _rowcount(await self._conn.execute(stmt)) == 1
 
     async def replace_agent(self, record: AgentRecord) -> None:
-        values = _agent_values(record)
+        values = agent_values(record)
         del values["agent_id"]
         await self._conn.execute(update(agents).where(agents.c.agent_id == record.agent_id).values(values))
 
     async def set_cursor(self, agent_id: str, read_cursor: int) -> None:
-        await self._conn.execute(_SET_CURSOR, {"p_id": agent_id, "p_cursor": read_cursor})
+        await self._conn.execute(SET_CURSOR, {"p_id": agent_id, "p_cursor": read_cursor})
 
     async def end_lease(self, agent_id: str, now: datetime) -> None:
-        await self._conn.execute(_END_LEASE, {"p_id": agent_id, "p_now": now})
+        await self._conn.execute(END_LEASE, {"p_id": agent_id, "p_now": now})
 
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         # Walks ix_mesh_agents_roster in agent_id order from the cursor and stops at the page's end.
         stmt = _list_statement(
-            self._dialect,
+            self._store.dialect,
             where.live_at is not None,
             where.role is not None,
             where.repo is not None,
@@ -451,101 +393,50 @@ class SqlMeshTx:
             "p_after": after,
             "p_limit": limit,
         }
-        rows = (await self._conn.execute(stmt, params)).all()
-        return [_agent_text(r) for r in rows] if self._dialect == "sqlite" else [_agent(r) for r in rows]
+        return [agent_from(r._mapping) for r in (await self._conn.execute(stmt, params)).all()]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         ids = sorted(set(agent_ids))
         if not ids:
             return []
-        stmt = select(agents).where(agents.c.agent_id.in_(ids)).order_by(agents.c.agent_id)
-        if self._row_locks:
-            stmt = stmt.with_for_update()
-        return [_agent(r) for r in (await self._conn.execute(stmt)).all()]
+        rows = (await self._conn.execute(self._store.lock_agents, {"p_ids": ids})).all()
+        return [agent_from(r._mapping) for r in rows]
 
     async def bump(self, agent_ids: Sequence[str], live_at: datetime) -> dict[str, int]:
         ids = sorted(set(agent_ids))
-        if len(ids) == 1 and self._dialect == "sqlite":
-            params = {"p_id": ids[0], "p_now": _sqlite_time(live_at), "last_seq_1": 1}
-            rows = await (await self._sqlite()).execute_fetchall(_SQLITE_BUMP_ONE, params)
-            return {agent_id: int(seq) for agent_id, seq in rows}
         if len(ids) == 1:
-            result = await self._conn.execute(_BUMP_ONE, {"p_id": ids[0], "p_now": live_at})
-        else:
-            result = await self._conn.execute(
-                update(agents)
-                .where(agents.c.agent_id.in_(ids), agents.c.expires_at > live_at)
-                .values(last_seq=agents.c.last_seq + 1)
-                .returning(agents.c.agent_id, agents.c.last_seq)
-            )
-        return {agent_id: int(seq) for agent_id, seq in result.all()}
+            return await self._bump_one(ids[0], live_at)
+        result = await self._conn.execute(BUMP_MANY, {"p_ids": ids, "p_now": live_at})
+        return {row.agent_id: int(row.last_seq) for row in result.all()}
+
+    async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
+        result = await self._conn.execute(BUMP_ONE, {"p_id": agent_id, "p_now": live_at})
+        return {row.agent_id: int(row.last_seq) for row in result.all()}
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
-        if self._dialect == "postgresql":
-            # One round trip: the message, its inbox entries and the NOTIFY in one statement.
-            recipients = sorted(seqs)
-            channel, payload = self._store.notify_payload(recipients)
-            await self._conn.execute(
-                _PG_ADD_MESSAGE if channel is not None else _PG_ADD_MESSAGE_QUIET,
-                {
-                    "message_id": message.message_id,
-                    "sender": message.sender,
-                    "body": message.body,
-                    "thread_id": message.thread_id,
-                    "sent_at": message.sent_at,
-                    "recipients": recipients,
-                    "seqs": [seqs[r] for r in recipients],
-                    "channel": channel,
-                    "payload": payload,
-                },
-            )
-            if channel is None:
-                await self._store.on_stored(self._conn, recipients)
-            return
-        if len(seqs) == 1 and self._dialect == "sqlite":
-            ((recipient, seq),) = seqs.items()
-            driver = await self._sqlite()
-            await driver.execute_fetchall(
-                _SQLITE_INSERT_MESSAGE,
-                {
-                    "message_id": message.message_id,
-                    "sender": message.sender,
-                    "body": message.body,
-                    "thread_id": message.thread_id,
-                    "sent_at": _sqlite_time(message.sent_at),
-                },
-            )
-            await driver.execute_fetchall(
-                _SQLITE_INSERT_INBOX, {"recipient": recipient, "seq": seq, "message_id": message.message_id}
-            )
-            await self._store.on_stored(self._conn, [recipient])
-            return
-        await self._conn.execute(
-            _INSERT_MESSAGE,
-            {
-                "message_id": message.message_id,
-                "sender": message.sender,
-                "body": message.body,
-                "thread_id": message.thread_id,
-                "sent_at": message.sent_at,
-            },
-        )
+        await self._conn.execute(INSERT_MESSAGE, message_values(message))
         rows = [{"recipient": r, "seq": s, "message_id": message.message_id} for r, s in sorted(seqs.items())]
-        await self._conn.execute(_INSERT_INBOX, rows[0] if len(rows) == 1 else rows)
+        await self._conn.execute(INSERT_INBOX, rows[0] if len(rows) == 1 else rows)
         await self._store.on_stored(self._conn, list(seqs))
 
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
-        result = await self._conn.execute(_READ_INBOX, {"p_id": agent_id, "p_after": after, "p_limit": limit})
+        result = await self._conn.execute(READ_INBOX, {"p_id": agent_id, "p_after": after, "p_limit": limit})
         return [
             InboxEntry(
-                seq=int(r[0]),
-                message=MessageRecord(message_id=r[1], sender=r[2], body=r[3], thread_id=r[4], sent_at=r[5]),
+                seq=int(m["seq"]),
+                message=MessageRecord(
+                    message_id=m["message_id"],
+                    sender=m["sender"],
+                    body=m["body"],
+                    thread_id=m["thread_id"],
+                    sent_at=m["sent_at"],
+                ),
             )
-            for r in result.all()
+            for m in result.mappings().all()
         ]
 
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
-        row = (await self._conn.execute(_GET_IDEMPOTENCY, {"p_scope": scope, "p_key": key})).first()
+        row = (await self._conn.execute(GET_IDEMPOTENCY, {"p_scope": scope, "p_key": key})).first()
         if row is None:
             return None
         m = row._mapping
@@ -569,67 +460,73 @@ class SqlMeshTx:
             "created_at": record.created_at,
             "expires_at": record.expires_at,
         }
-        stmt = insert_ignore(self._dialect, idempotency, values, conflict=["scope", "idem_key"])
+        stmt = self._store.dialect.insert_ignore(idempotency, values, conflict=["scope", "idem_key"])
         return _rowcount(await self._conn.execute(stmt)) == 1
 
     async def sweep(self, policy: SweepPolicy) -> SweepReport:
         # Each kind of row in one bounded batch: DELETE … WHERE key IN (SELECT key … LIMIT n).
-        n = policy.batch
-        report = SweepReport()
-        stale_keys = (
-            select(idempotency.c.scope, idempotency.c.idem_key).where(idempotency.c.expires_at <= policy.now).limit(n)
-        )
-        report.idempotency_keys = _rowcount(
-            await self._conn.execute(
-                delete(idempotency).where(tuple_(idempotency.c.scope, idempotency.c.idem_key).in_(stale_keys))
-            )
-        )
-        gone = select(agents.c.agent_id).where(agents.c.expires_at < policy.agents_expired_before).limit(n)
-        gone_ids = [r[0] for r in (await self._conn.execute(gone)).all()]
+        report = SweepReport(idempotency_keys=await self._sweep_idempotency(policy))
+        gone = select(agents.c.agent_id).where(agents.c.expires_at < policy.agents_expired_before).limit(policy.batch)
+        gone_ids = [r.agent_id for r in (await self._conn.execute(gone)).all()]
         if gone_ids:
             report.inbox_entries = _rowcount(
                 await self._conn.execute(delete(inbox).where(inbox.c.recipient.in_(gone_ids)))
             )
             report.agents = _rowcount(await self._conn.execute(delete(agents).where(agents.c.agent_id.in_(gone_ids))))
+        report.inbox_entries += await self._sweep_read(policy)
+        report.messages = await self._sweep_orphans(policy)
+        return report
+
+    async def _sweep_idempotency(self, policy: SweepPolicy) -> int:
+        stale = (
+            select(idempotency.c.scope, idempotency.c.idem_key)
+            .where(idempotency.c.expires_at <= policy.now)
+            .limit(policy.batch)
+        )
+        key = tuple_(idempotency.c.scope, idempotency.c.idem_key)
+        return _rowcount(await self._conn.execute(delete(idempotency).where(key.in_(stale))))
+
+    async def _sweep_read(self, policy: SweepPolicy) -> int:
         read = (
             select(inbox.c.recipient, inbox.c.seq)
             .join(agents, agents.c.agent_id == inbox.c.recipient)
             .join(messages, messages.c.message_id == inbox.c.message_id)
             .where(inbox.c.seq <= agents.c.read_cursor, messages.c.sent_at < policy.read_before)
-            .limit(n)
+            .limit(policy.batch)
         )
-        report.inbox_entries += _rowcount(
+        return _rowcount(
             await self._conn.execute(delete(inbox).where(tuple_(inbox.c.recipient, inbox.c.seq).in_(read)))
         )
+
+    async def _sweep_orphans(self, policy: SweepPolicy) -> int:
         orphans = (
             select(messages.c.message_id)
             .where(
                 messages.c.sent_at < policy.read_before, ~exists().where(inbox.c.message_id == messages.c.message_id)
             )
-            .limit(n)
+            .limit(policy.batch)
         )
-        report.messages = _rowcount(
-            await self._conn.execute(delete(messages).where(messages.c.message_id.in_(orphans)))
-        )
-        return report
+        return _rowcount(await self._conn.execute(delete(messages).where(messages.c.message_id.in_(orphans))))
 
 
 class SqlMeshStore:
-    """``on_stored`` runs inside the sending transaction (the PostgreSQL notifier NOTIFYs there: delivered exactly
-    when the message commits, with no transaction of its own)."""
+    """The portable store: a pooled connection per transaction. ``on_stored`` runs inside the sending transaction
+    (a notifier NOTIFYs there: delivered exactly when the message commits, with no transaction of its own)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    tx_class: ClassVar[type[SqlMeshTx]] = SqlMeshTx
+    serial = False
+
+    def __init__(self, engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> None:
         self.engine = engine
+        self.dialect = dialect
+        self.notifier = notifier
         # token hash → TTL seen for it: lets a renewal be one UPDATE … RETURNING (see SqlMeshTx.renew).
         self.ttl_hints: dict[str, int] = {}
         # token hash → agent_id: fixed for good once issued (a new session gets a new token), so it can be cached.
         self.token_ids: dict[str, str] = {}
-        self.notify_in_transaction: Callable[[AsyncConnection, Sequence[str]], Awaitable[None]] | None = None
-        self.notify_payloads: Callable[[Sequence[str]], tuple[str | None, str | None]] | None = None
-        self._serial = anyio.Lock() if engine.dialect.name == "sqlite" else None
-        self.serial = self._serial is not None
-        # SQLite: one connection kept for the store's serial transactions (see transaction); closed by ``aclose``.
-        self._held: AsyncConnection | None = None
+        self.by_id_locked = dialect.lock_rows(BY_ID)
+        self.by_token_locked = dialect.lock_rows(BY_TOKEN)
+        self.lock_agents = dialect.lock_rows(LOCK_AGENTS)
 
     def remember_token(self, token_hash: str, agent_id: str) -> None:
         if len(self.token_ids) >= MAX_HINTS:
@@ -642,42 +539,16 @@ class SqlMeshStore:
         self.ttl_hints[token_hash] = ttl_seconds
 
     async def on_stored(self, conn: AsyncConnection, recipients: list[str]) -> None:
-        if self.notify_in_transaction is not None and recipients:
-            await self.notify_in_transaction(conn, recipients)
-
-    def notify_payload(self, recipients: list[str]) -> tuple[str | None, str | None]:
-        """(channel, payload) for a NOTIFY sent with the message, or (None, None) without a notifier or when the
-        recipients do not fit one payload (``on_stored`` then sends them in chunks)."""
-        if self.notify_payloads is None:
-            return None, None
-        return self.notify_payloads(recipients)
+        if self.notifier is not None and recipients:
+            await self.notifier.notify_in_transaction(conn, recipients)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
-        if self._serial is None:
-            async with self.engine.begin() as conn:
-                yield SqlMeshTx(conn, self)
-            return
-        # SQLite has one writer at a time and every transaction here is BEGIN IMMEDIATE: connections racing for the
-        # lock would wait in SQLite's busy handler, which sleeps (1, 2, 5, 10 … ms) instead of waking when the lock
-        # frees. Queueing in-process hands the lock over at once; the busy handler still covers other writers.
-        # The transactions are serial anyway, so they share one connection kept out of the pool: returning it would
-        # cost a rollback (a hop to aiosqlite's thread) between the commit and the wake-ups.
-        async with self._serial:
-            if self._held is None or self._held.closed or self._held.invalidated:
-                self._held = await self.engine.connect()
-            conn = self._held
-            async with conn.begin():
-                yield SqlMeshTx(conn, self)
+        async with self.engine.begin() as conn:
+            yield self.tx_class(conn, self)
 
     async def aclose(self) -> None:
-        """Give back the connection kept for SQLite's serial transactions (before the engine is disposed)."""
-        if self._serial is None:
-            return
-        async with self._serial:
-            held, self._held = self._held, None
-            if held is not None:
-                await held.close()
+        """Give back whatever the store holds beyond the pool (before the engine is disposed)."""
 
 
-__all__ = ["SqlMeshStore", "SqlMeshTx"]
+__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
+from muster_api.db.dialect import dialect_of
 from muster_api.db.models import metadata
 
 connection: Connection | None = context.config.attributes.get("connection")
@@ -14,7 +15,7 @@ if connection is None:
 context.configure(
     connection=connection,
     target_metadata=metadata,
-    render_as_batch=connection.dialect.name == "sqlite",
+    render_as_batch=dialect_of(connection).batch_migrations,
     compare_type=True,
 )
 with context.begin_transaction():

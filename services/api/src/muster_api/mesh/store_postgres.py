@@ -1,0 +1,54 @@
+"""What the mesh's SQL store does differently on PostgreSQL: a send is one round trip (the message, its inbox entries
+and the NOTIFY in one statement)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import bindparam, text
+
+from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, message_values
+from muster_api.mesh.tables import messages
+from muster_mesh import MessageRecord
+
+_ADD_MESSAGE_SQL = """
+WITH m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    VALUES (:message_id, :sender, :body, :thread_id, :sent_at)
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT u.recipient, u.seq, m.message_id
+    FROM m, unnest(CAST(:recipients AS text[]), CAST(:seqs AS bigint[])) AS u(recipient, seq)
+    RETURNING 1
+)
+SELECT {notify} FROM (SELECT count(*) AS n FROM i) AS done
+"""
+_SENT_AT = bindparam("sent_at", type_=messages.c.sent_at.type)
+_ADD_MESSAGE = text(_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :payload)")).bindparams(_SENT_AT)
+# Without a notifier, or when the recipients need several notifications (sent by ``on_stored`` instead).
+_ADD_MESSAGE_QUIET = text(_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(_SENT_AT)
+
+
+class PostgresMeshTx(SqlMeshTx):
+    async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
+        recipients = sorted(seqs)
+        notifier = self._store.notifier
+        channel, payload = notifier.payload(recipients) if notifier is not None else (None, None)
+        params = {
+            **message_values(message),
+            "recipients": recipients,
+            "seqs": [seqs[r] for r in recipients],
+            "channel": channel,
+            "payload": payload,
+        }
+        await self._conn.execute(_ADD_MESSAGE if channel is not None else _ADD_MESSAGE_QUIET, params)
+        if channel is None:
+            await self._store.on_stored(self._conn, recipients)
+
+
+class PostgresMeshStore(SqlMeshStore):
+    tx_class = PostgresMeshTx
+
+
+__all__ = ["PostgresMeshStore", "PostgresMeshTx"]

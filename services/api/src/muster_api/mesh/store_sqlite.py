@@ -1,0 +1,133 @@
+"""What the mesh's SQL store does differently on SQLite: serial transactions on one held connection, and the hot
+send/renew statements run on the driver connection.
+
+Through SQLAlchemy's adapter each statement is three or four hops to aiosqlite's thread (cursor, execute, fetch,
+close); on the driver connection, inside the same transaction, it is one. The SQL is SQLAlchemy's own compilation of
+the core's statements, so both paths run the same text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.sql.dml import UpdateBase
+
+from muster_api.db.dialect import Dialect
+from muster_api.mesh.store import (
+    BUMP_ONE,
+    INSERT_INBOX,
+    INSERT_MESSAGE,
+    RENEW_BY_TOKEN,
+    SqlMeshStore,
+    SqlMeshTx,
+    TransactionNotifier,
+    agent_from,
+    message_values,
+)
+from muster_api.mesh.tables import agents
+from muster_mesh import AgentRecord, MessageRecord
+
+_NAMED = sqlite_dialect.dialect(paramstyle="named")
+# UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
+# compared text must be the same on both paths.
+_TIME = agents.c.expires_at.type.dialect_impl(_NAMED).bind_processor(_NAMED)
+
+
+def _time(value: datetime) -> str:
+    assert _TIME is not None
+    return str(_TIME(value))
+
+
+class DriverStatement:
+    """A statement compiled once for the driver, with the names of the columns it returns."""
+
+    def __init__(self, stmt: UpdateBase) -> None:
+        self.sql = str(stmt.compile(dialect=_NAMED))
+        self.names = tuple(c.name for c in stmt.exported_columns)
+
+    async def rows(self, driver: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [dict(zip(self.names, row, strict=True)) for row in await driver.execute_fetchall(self.sql, params)]
+
+
+_RENEW = DriverStatement(RENEW_BY_TOKEN)
+_BUMP_ONE = DriverStatement(BUMP_ONE)
+_INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
+_INSERT_INBOX = DriverStatement(INSERT_INBOX)
+
+
+class SqliteMeshTx(SqlMeshTx):
+    def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
+        super().__init__(conn, store)
+        self._driver: Any = None
+
+    async def _aiosqlite(self) -> Any:
+        """The aiosqlite connection under this transaction's SQLAlchemy connection."""
+        if self._driver is None:
+            self._driver = (await self._conn.get_raw_connection()).driver_connection
+        return self._driver
+
+    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int) -> AgentRecord | None:
+        at = _time(now)
+        params = {
+            "p_hash": token_hash,
+            "p_now": at,
+            "p_ttl": ttl,
+            "p_seen": at,
+            "p_exp": _time(now + timedelta(seconds=ttl)),
+        }
+        rows = await _RENEW.rows(await self._aiosqlite(), params)
+        return agent_from(rows[0]) if rows else None
+
+    async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
+        rows = await _BUMP_ONE.rows(await self._aiosqlite(), {"p_id": agent_id, "p_now": _time(live_at)})
+        return {row["agent_id"]: int(row["last_seq"]) for row in rows}
+
+    async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
+        if len(seqs) != 1:
+            await super().add_message(message, seqs)
+            return
+        ((recipient, seq),) = seqs.items()
+        driver = await self._aiosqlite()
+        await _INSERT_MESSAGE.rows(driver, {**message_values(message), "sent_at": _time(message.sent_at)})
+        await _INSERT_INBOX.rows(driver, {"recipient": recipient, "seq": seq, "message_id": message.message_id})
+        await self._store.on_stored(self._conn, [recipient])
+
+
+class SqliteMeshStore(SqlMeshStore):
+    """SQLite has one writer at a time and every transaction here is BEGIN IMMEDIATE: connections racing for the lock
+    would wait in SQLite's busy handler, which sleeps (1, 2, 5, 10 … ms) instead of waking when the lock frees.
+    Queueing in-process hands the lock over at once; the busy handler still covers other writers. The transactions
+    are serial anyway, so they share one connection kept out of the pool: returning it would cost a rollback (a hop
+    to aiosqlite's thread) between the commit and the wake-ups."""
+
+    tx_class = SqliteMeshTx
+    serial = True
+
+    def __init__(self, engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> None:
+        super().__init__(engine, dialect, notifier)
+        self._serial = anyio.Lock()
+        self._held: AsyncConnection | None = None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SqlMeshTx]:
+        async with self._serial:
+            if self._held is None or self._held.closed or self._held.invalidated:
+                self._held = await self.engine.connect()
+            conn = self._held
+            async with conn.begin():
+                yield self.tx_class(conn, self)
+
+    async def aclose(self) -> None:
+        async with self._serial:
+            held, self._held = self._held, None
+            if held is not None:
+                await held.close()
+
+
+__all__ = ["SqliteMeshStore", "SqliteMeshTx"]

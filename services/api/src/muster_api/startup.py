@@ -1,0 +1,138 @@
+"""What ``muster serve`` and ``muster migrate`` check before they start: settings, the bind address and the database.
+
+A setting or a database that cannot work is a ``ConfigurationError`` whose message is one line naming it and what to
+do; the CLI prints it and exits with code 2 (never a traceback). The checks run before uvicorn starts because a
+failure inside the app's lifespan can only be reported by uvicorn, as a traceback. The database modules are imported
+only by the check that needs them: a bad setting is reported before seconds of imports.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
+
+from muster_api.db.url import is_sqlite, redact, sqlite_path
+from muster_api.errors import ConfigurationError
+from muster_api.settings import Settings
+
+CONNECT_TIMEOUT_SECONDS = 10.0
+_FIELD = re.compile(r'field "([a-z_]+)"')
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+def env_name(field: str, prefix: str = "MUSTER_") -> str:
+    return f"{prefix}{field.upper()}"
+
+
+def load_settings() -> Settings:
+    """``Settings()`` from the environment; a bad value is a one-line ``ConfigurationError`` naming its variable (the
+    value itself is never repeated: it may be a key)."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigurationError(describe_validation(exc)) from None
+    except SettingsError as exc:
+        found = _FIELD.search(str(exc))
+        name = env_name(found.group(1)) if found else "a MUSTER_ setting"
+        raise ConfigurationError(
+            f'{name} is not valid JSON: a list is written as a JSON array, e.g. {name}=\'["first", "second"]\''
+        ) from None
+    except ConfigurationError as exc:
+        # The one validator that raises it directly is the database URL's.
+        raise ConfigurationError(f"MUSTER_DATABASE_URL: {exc}") from None
+
+
+def describe_validation(exc: ValidationError, prefix: str = "MUSTER_") -> str:
+    parts = []
+    for error in exc.errors():
+        loc = [str(p) for p in error.get("loc", ())]
+        name = env_name(loc[0], prefix) if loc else "a setting"
+        parts.append(f"{name}: {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: Settings, host: str) -> None:
+    if is_loopback(host) or settings.api_keys or settings.allow_open_bind:
+        return
+    raise ConfigurationError(
+        f"binding {host} serves beyond this machine without MUSTER_API_KEYS: anyone who reaches it could act as any "
+        "agent. Set MUSTER_API_KEYS, or MUSTER_ALLOW_OPEN_BIND=true if the network (or a proxy in front) is trusted"
+    )
+
+
+async def check_database(settings: Settings, *, need_head: bool) -> None:
+    """The database answers (and, when ``need_head``, is migrated to this version's head)."""
+    import anyio
+    from sqlalchemy import text
+
+    from muster_api.db.engine import create_engine
+    from muster_api.db.migrate import current_revision, head_revision
+
+    engine = create_engine(settings.database_url)
+    try:
+        with anyio.fail_after(CONNECT_TIMEOUT_SECONDS):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+            current = await current_revision(engine) if need_head else None
+    except Exception as exc:  # whatever the driver raised, the answer is one line saying what to do
+        raise ConfigurationError(describe_database_error(exc, settings.database_url)) from None
+    finally:
+        await engine.dispose()
+    if need_head and current != head_revision():
+        state = "has no Muster schema (never migrated)" if current is None else f"is at revision {current}"
+        raise ConfigurationError(
+            f"the database {_where(settings.database_url)} {state}; this version needs {head_revision()}: run "
+            "`muster migrate` (MUSTER_MIGRATE_ON_STARTUP is false, so serve does not migrate by itself)"
+        )
+
+
+def _where(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    if is_sqlite(url):
+        return f"file {sqlite_path(url)}"
+    parsed = make_url(url)
+    return f"{parsed.database!r} on {parsed.host or 'localhost'}:{parsed.port or 5432}"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        orig: Any = getattr(current, "orig", None)
+        current = orig if isinstance(orig, BaseException) else (current.__cause__ or current.__context__)
+    return seen
+
+
+def describe_database_error(exc: BaseException, url: str) -> str:
+    names = {type(e).__name__ for e in _chain(exc)}
+    from sqlalchemy.engine import make_url
+
+    if is_sqlite(url):
+        return f"the SQLite {_where(url)} cannot be opened ({type(exc).__name__}): fix MUSTER_DATABASE_URL"
+    parsed = make_url(url)
+    host, port, user = parsed.host or "localhost", parsed.port or 5432, parsed.username or "postgres"
+    if "InvalidCatalogNameError" in names:
+        return (
+            f"the database {parsed.database!r} does not exist on {host}:{port}: create it with "
+            f"`createdb -h {host} -p {port} -U {user} {parsed.database}`, or fix MUSTER_DATABASE_URL"
+        )
+    if names & {"InvalidPasswordError", "InvalidAuthorizationSpecificationError"}:
+        return f"PostgreSQL at {host}:{port} refused user {user!r}: fix the credentials in MUSTER_DATABASE_URL"
+    if any(isinstance(e, OSError | TimeoutError) for e in _chain(exc)):
+        return f"PostgreSQL at {host}:{port} is unreachable: start it, or point MUSTER_DATABASE_URL at a running server"
+    return f"the database at {redact(url)} cannot be used ({type(exc).__name__}): check MUSTER_DATABASE_URL"
