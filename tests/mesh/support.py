@@ -80,7 +80,7 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(db_url: str, **env: str) -> Iterator[ServerProcess]:
+def server_process(db_url: str, *, ready_within: float = 30.0, **env: str) -> Iterator[ServerProcess]:
     port = free_port()
     environ = {
         **os.environ,
@@ -97,7 +97,7 @@ def server_process(db_url: str, **env: str) -> Iterator[ServerProcess]:
     process = subprocess.Popen(argv, env=environ, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     server = ServerProcess(db_url, port, process)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + ready_within
         while True:
             if process.poll() is not None:
                 err = process.stderr.read().decode(errors="replace") if process.stderr else ""
@@ -108,7 +108,7 @@ def server_process(db_url: str, **env: str) -> Iterator[ServerProcess]:
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError("server did not become ready within 30 s")
+                raise TimeoutError(f"server did not become ready within {ready_within:.0f} s")
             time.sleep(0.05)
         yield server
     finally:

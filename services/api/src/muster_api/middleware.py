@@ -16,12 +16,12 @@ from muster_api.problems import unhandled
 log = logging.getLogger("muster.access")
 
 MAX_BODY_BYTES = 1024 * 1024
-# What a load balancer or an orchestrator probes without credentials. Everything else, the API's own description
+# What a load balancer or an orchestrator probes without credentials, and the dashboard's shell and assets (they
+# hold no data: the page asks for a key itself when the API answers 401). Everything else, the API's own description
 # (/docs, /openapi.json) included, needs a key once keys are set.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
+OPEN_PREFIXES = ("/ui/",)
 OPEN_METHODS = frozenset({"GET", "HEAD"})
-# The dashboard's page and static assets (no data in them): the page asks for a key itself when the API answers 401.
-OPEN_ASSETS = ("/", "/ui/")
 
 
 async def _send_problem(
@@ -104,22 +104,20 @@ class BodyLimit:
         await self.app(scope, _receive, send)
 
 
-def _open(path: str, method: str) -> bool:
-    if method not in OPEN_METHODS:
-        return False
-    return path in OPEN_PATHS or path == OPEN_ASSETS[0] or path.startswith(OPEN_ASSETS[1])
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
 class ApiKeyGuard:
-    """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health, readiness and the dashboard's page and
-    assets needs one of them in ``X-API-Key``."""
+    """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs one of them in
+    ``X-API-Key``."""
 
     def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or _open(scope["path"], scope["method"]):
+        if scope["type"] != "http" or not self.keys or (_open(scope["path"]) and scope["method"] in OPEN_METHODS):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)

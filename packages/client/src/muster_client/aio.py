@@ -1,0 +1,205 @@
+"""``AsyncMusterClient``: the asynchronous client (one httpx.AsyncClient; ``async with``, or ``aclose()``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+
+from muster_client import calls, config
+from muster_client.calls import Call
+from muster_client.core import ClientCore, inbox_event, raise_for_problem
+from muster_client.models import (
+    A2AAgents,
+    A2ACall,
+    A2ACallResult,
+    AckPreview,
+    AckResult,
+    AgentList,
+    AgentView,
+    CheckinPreview,
+    CheckinRecord,
+    CheckoutPreview,
+    CheckoutResult,
+    InboxMessage,
+    InboxPage,
+    Ready,
+    SendPreview,
+    SendResult,
+)
+from muster_client.sse import EventParser
+
+T = TypeVar("T")
+
+
+class AsyncMusterClient(ClientCore):
+    """Every route of the service. Mutating mesh calls act only with ``confirm=True`` (otherwise: a preview)."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        api_key: str | None = None,
+        token: str | None = None,
+        timeout: float = config.DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, api_key=api_key, token=token, timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=self.url, transport=transport)
+
+    async def __aenter__(self) -> AsyncMusterClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def call(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.body,
+                headers=self.headers(call),
+                timeout=self.timeout_for(call),
+            )
+        except httpx.TransportError as exc:
+            raise self.unreachable(exc) from exc
+        return self.finish(call, response)
+
+    async def ready(self) -> Ready:
+        return await self.call(calls.ready())
+
+    # ------------------------------------------------------------ mesh
+
+    async def checkin(
+        self,
+        agent_id: str,
+        *,
+        role: str | None = None,
+        repo: str | None = None,
+        caps: list[str] | None = None,
+        status: str | None = None,
+        ttl_seconds: int | None = None,
+        confirm: bool = False,
+        idempotency_key: str | None = None,
+    ) -> CheckinPreview | CheckinRecord:
+        return await self.call(
+            calls.checkin(
+                agent_id,
+                role=role,
+                repo=repo,
+                caps=caps,
+                status=status,
+                ttl_seconds=ttl_seconds,
+                confirm=confirm,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def agents(
+        self,
+        *,
+        repo: str | None = None,
+        role: str | None = None,
+        cap: str | None = None,
+        include_expired: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> AgentList:
+        return await self.call(
+            calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
+        )
+
+    async def agent(self, agent_id: str) -> AgentView:
+        return await self.call(calls.agent(agent_id))
+
+    async def send(
+        self,
+        body: str,
+        *,
+        to: str | None = None,
+        role: str | None = None,
+        repo: str | None = None,
+        cap: str | None = None,
+        thread_id: str | None = None,
+        confirm: bool = False,
+        idempotency_key: str | None = None,
+    ) -> SendPreview | SendResult:
+        return await self.call(
+            calls.send(
+                body,
+                to=to,
+                role=role,
+                repo=repo,
+                cap=cap,
+                thread_id=thread_id,
+                confirm=confirm,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def inbox(self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0) -> InboxPage:
+        """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored."""
+        return await self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
+
+    async def ack(
+        self, cursor: int, *, confirm: bool = False, idempotency_key: str | None = None
+    ) -> AckPreview | AckResult:
+        return await self.call(calls.ack(cursor, confirm=confirm, idempotency_key=idempotency_key))
+
+    async def checkout(
+        self, *, confirm: bool = False, idempotency_key: str | None = None
+    ) -> CheckoutPreview | CheckoutResult:
+        return await self.call(calls.checkout(confirm=confirm, idempotency_key=idempotency_key))
+
+    async def stream_inbox(self, *, after: int | None = None) -> AsyncIterator[InboxMessage]:
+        """The inbox as it fills (SSE), from ``after`` (else the stored cursor). Close the iterator to stop."""
+        params = {"after": after} if after is not None else None
+        try:
+            async with self._http.stream(
+                "GET",
+                calls.INBOX_STREAM,
+                params=params,
+                headers=self.stream_headers(None),
+                timeout=httpx.Timeout(self.timeout, read=None),
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise_for_problem(response)
+                parser = EventParser()
+                async for line in response.aiter_lines():
+                    event = parser.feed(line)
+                    message = inbox_event(event) if event is not None else None
+                    if message is not None:
+                        yield message
+        except httpx.TransportError as exc:
+            raise self.unreachable(exc) from exc
+
+    # ------------------------------------------------------------ A2A
+
+    async def a2a_agents(self) -> A2AAgents:
+        return await self.call(calls.a2a_agents())
+
+    async def a2a_reload(self) -> A2AAgents:
+        return await self.call(calls.a2a_reload())
+
+    async def a2a_call(self, tool: str, task: str) -> A2ACallResult:
+        """Call a remote agent's tool and wait for the end of its task (or its input-required/auth-required)."""
+        return await self.call(calls.a2a_call(tool, task))
+
+    async def a2a_start(self, tool: str, task: str) -> A2ACall:
+        return await self.call(calls.a2a_start(tool, task))
+
+    async def a2a_get_call(self, call_id: str) -> A2ACall:
+        return await self.call(calls.a2a_get_call(call_id))
+
+
+__all__ = ["AsyncMusterClient"]

@@ -1,0 +1,193 @@
+"""The service's answers as typed models.
+
+They ignore members they do not know (where the service's own models refuse them): a newer service may add a member
+to an answer, and a client installed earlier must keep reading it. ``replayed`` is never in a body: it is set from
+the ``Idempotent-Replayed`` header (an idempotent retry answered from the first result).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------- mesh
+
+
+class AgentView(Answer):
+    """One entry of the directory: the three ages kept apart (heartbeat, status, expiry)."""
+
+    agent_id: str
+    role: str | None = None
+    repo: str | None = None
+    caps: list[str] = Field(default_factory=list)
+    status: str = ""
+    status_since: datetime
+    status_age_seconds: float
+    last_seen_at: datetime
+    heartbeat_age_seconds: float
+    expires_at: datetime
+    ttl_seconds: int
+    alive: bool
+
+
+class CheckinPreview(Answer):
+    preview: Literal[True] = True
+    action: Literal["create", "renew"]
+    agent: AgentView
+
+
+class CheckinRecord(AgentView):
+    """A confirmed check-in. ``token`` only on the check-in that starts a session (the client keeps it)."""
+
+    token: str | None = Field(default=None, repr=False)
+    replayed: bool = False
+
+
+class AgentList(Answer):
+    agents: list[AgentView]
+    next_cursor: str | None = None
+
+
+class SendPreview(Answer):
+    preview: Literal[True] = True
+    action: Literal["send"] = "send"
+    recipients: list[str]
+
+
+class SendResult(Answer):
+    message_id: str | None
+    recipients: list[str]
+    stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
+    replayed: bool = False
+
+
+class InboxMessage(Answer):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    seq: int
+    message_id: str
+    sender: str = Field(alias="from")
+    body: str
+    thread_id: str | None = None
+    sent_at: datetime
+
+
+class InboxPage(Answer):
+    messages: list[InboxMessage]
+    next_cursor: int
+    has_more: bool
+
+
+class AckPreview(Answer):
+    preview: Literal[True] = True
+    action: Literal["ack"] = "ack"
+    cursor: int
+
+
+class AckResult(Answer):
+    cursor: int
+    unread: int
+    replayed: bool = False
+
+
+class CheckoutPreview(Answer):
+    preview: Literal[True] = True
+    action: Literal["checkout"] = "checkout"
+    agent: AgentView
+
+
+class CheckoutResult(Answer):
+    agent: AgentView
+    replayed: bool = False
+
+
+# ---------------------------------------------------------------- A2A
+
+
+class A2ATool(Answer):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    skill: str | None = None
+
+
+class A2AAgent(Answer):
+    """One configured remote agent: resolved (``ok``) with its tools, or ``error`` with the reason."""
+
+    name: str
+    status: Literal["ok", "error"]
+    error: str | None = None
+    dialect: str | None = None
+    endpoint: str | None = None
+    card_name: str | None = None
+    tools: list[A2ATool] = Field(default_factory=list)
+
+
+class A2ACollision(Answer):
+    name: str
+    agent: str
+    kept_by: str
+    renamed_to: str
+
+
+class A2AAgents(Answer):
+    agents: list[A2AAgent]
+    collisions: list[A2ACollision] = Field(default_factory=list)
+    skipped: dict[str, str] = Field(default_factory=dict)
+
+    def tools(self) -> list[A2ATool]:
+        """Every tool of every resolved agent, in agent order."""
+        return [tool for agent in self.agents for tool in agent.tools]
+
+
+class A2AToolResult(Answer):
+    """``metadata``: {agent, task_id, context_id, state, polls, ms, dialect}."""
+
+    text: str
+    is_error: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def state(self) -> str | None:
+        state = self.metadata.get("state")
+        return state if isinstance(state, str) else None
+
+
+class A2ACallResult(A2AToolResult):
+    """The answer of a call that waited for its end."""
+
+    call_id: str
+
+
+class A2ACall(Answer):
+    """A stored call: in flight while ``result`` is None."""
+
+    id: str
+    agent: str
+    tool: str
+    task: str
+    task_id: str | None = None
+    context_id: str | None = None
+    dialect: str | None = None
+    state: str
+    polls: int = 0
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime
+    result: A2AToolResult | None = None
+
+
+# ---------------------------------------------------------------- health
+
+
+class Ready(Answer):
+    status: str
+    database: str
+    revision: str | None = None

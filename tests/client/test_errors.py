@@ -1,0 +1,66 @@
+"""Problem answers become exceptions carrying status, code, detail and the named fields; no answer at all is one
+ServiceUnreachable."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster_client import (
+    ApiError,
+    Conflict,
+    InvalidRequest,
+    MusterClient,
+    MusterClientError,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnreachable,
+    Unauthorized,
+)
+from tests.client.support import API_KEY
+from tests.mesh.support import ServerProcess
+from tests.support.net import free_port
+
+
+def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> None:
+    with MusterClient(service.base_url, api_key=API_KEY) as client:
+        with pytest.raises(Unauthorized) as no_token:
+            client.inbox()
+        assert (no_token.value.status, no_token.value.code) == (401, "token_required")
+        assert isinstance(no_token.value, ApiError) and isinstance(no_token.value, MusterClientError)
+
+        with pytest.raises(InvalidRequest) as bad:
+            client.checkin(f"{name}-a", ttl_seconds=5, confirm=True)
+        assert bad.value.status == 422 and bad.value.code == "invalid_request", "no code in the body: named by status"
+        assert [e["field"] for e in bad.value.errors] == ["ttl_seconds"]
+        assert "ttl_seconds" in bad.value.detail
+
+        with MusterClient(service.base_url, api_key=API_KEY) as other:
+            other.checkin(f"{name}-b", confirm=True)
+        client.checkin(f"{name}-a", confirm=True)
+        with pytest.raises(NotFound) as nobody:
+            client.send("hello", to=f"{name}-nobody", confirm=True)
+        assert nobody.value.code == "recipient_not_found" and f"{name}-nobody" in nobody.value.detail
+
+        with pytest.raises(PayloadTooLarge) as big:
+            client.send("x" * 70_000, to=f"{name}-b", confirm=True)
+        assert big.value.code == "message_too_large"
+
+        client.send("one", to=f"{name}-b", confirm=True, idempotency_key=f"{name}-k")
+        with pytest.raises(Conflict) as reused:
+            client.send("two", to=f"{name}-b", confirm=True, idempotency_key=f"{name}-k")
+        assert reused.value.code == "idempotency_conflict"
+
+        with pytest.raises(NotFound) as tool:
+            client.a2a_call("Nope_echo", "x")
+        assert tool.value.code == "not_found" and "Nope_echo" in tool.value.detail
+
+    with MusterClient(service.base_url) as keyless, pytest.raises(Unauthorized) as guarded:
+        keyless.agents()
+    assert "X-API-Key" in guarded.value.detail
+
+
+def test_a_service_that_is_not_there() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with MusterClient(url, timeout=5) as client, pytest.raises(ServiceUnreachable) as down:
+        client.agents()
+    assert down.value.url == url and str(down.value).startswith(f"the Muster service at {url} is not reachable")
