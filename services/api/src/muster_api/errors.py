@@ -4,7 +4,8 @@ MusterApiError
 ├── ConfigurationError     bad settings or config file (startup refuses to run)
 ├── NotReadyError          database unreachable or migrations not at head (503)
 ├── MigrationError         a migration left rows breaking a foreign key (rolled back)
-└── PayloadTooLargeError   request body over the service-wide bound (413)
+├── PayloadTooLargeError   request body over the service-wide bound (413)
+└── CommandError           a `muster` command cannot do what it was asked (its message says what to do instead)
 """
 
 from __future__ import annotations
@@ -28,3 +29,7 @@ class MigrationError(MusterApiError):
 
 class PayloadTooLargeError(MusterApiError):
     """The request body is larger than the service accepts."""
+
+
+class CommandError(MusterApiError):
+    """A ``muster`` command cannot go on; the message is one line that says what to do."""
