@@ -11,6 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from anyio.from_thread import start_blocking_portal
+
+from tests.a2a.peers import a2a_peer
 from tests.console.support import ESC, MUSTER, Terminal, in_terminal, piped
 from tests.support.net import free_port
 from tests.support.rows import store_status
@@ -168,3 +171,23 @@ def test_a2a_list_shows_a_failing_remote_agent(service: Any, tmp_path: Path) -> 
     assert re.search(r"^offline\s+error\s+", plain.out, re.M), plain.out
     code, shown = in_terminal(env, "a2a", "list")
     assert code == 0 and "offline" in shown and COLOUR.search(shown)
+
+
+def test_a2a_call_reaches_a_real_remote_agent(service: Any, tmp_path: Path) -> None:
+    # The a2a-sdk peer is async: it runs on a portal's event loop while this test drives `muster` synchronously.
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(a2a_peer("Alpha")) as alpha:
+        config = tmp_path / "muster.toml"
+        config.write_text(f'[agents.alpha]\ncard = "{alpha.base}"\n')
+        _url, _http, env = service(config=config)
+        listed = piped(env, "a2a", "list")
+        assert re.search(r"^alpha\s+ok\s+\S+\s+Alpha_echo", listed.out, re.M), listed.out
+
+        answered = piped(env, "a2a", "call", "Alpha_echo", "complete hello there")
+        assert answered.code == 0, answered.err
+        assert answered.out.splitlines() == ["hello there", "second part"]
+        code, shown = in_terminal(env, "a2a", "call", "Alpha_echo", "complete in a terminal")
+        assert code == 0 and "in a terminal" in shown
+
+        failed = piped(env, "a2a", "call", "Alpha_echo", "fail sorry", "--json")
+        assert failed.code == 1 and json.loads(failed.out)["is_error"] is True
+        assert failed.err.startswith("muster: Alpha_echo answered an error")
