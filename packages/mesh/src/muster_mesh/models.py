@@ -124,7 +124,19 @@ class BacklogList(Strict):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
+ADDRESS_FIELDS = ("to", "role", "repo", "cap")
+
+
 class SendRequest(Strict):
+    # The rule the mesh enforces (InvalidAddress), stated in the schema: exactly one address given as a string.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": [name], "properties": {name: {"type": "string"}}} for name in ADDRESS_FIELDS],
+            "description": "Exactly one of `to`, `role`, `repo`, `cap`.",
+        },
+    )
+
     to: AgentId | None = Field(default=None, description="One agent.")
     role: Label | None = Field(default=None, description="Every live agent with this role (fan-out at send time).")
     repo: Repo | None = Field(default=None, description="Every live agent on this repo.")
@@ -135,7 +147,7 @@ class SendRequest(Strict):
     confirm: bool = Field(default=False, strict=True)
 
     def address(self) -> dict[str, str]:
-        return {k: v for k in ("to", "role", "repo", "cap") if (v := getattr(self, k)) is not None}
+        return {k: v for k in ADDRESS_FIELDS if (v := getattr(self, k)) is not None}
 
 
 class SendPreview(Strict):

@@ -9,13 +9,14 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, dashboard, problems
+from muster_api import __version__, dashboard, openapi, problems
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.db.url import redact
 from muster_api.dispatch import component as dispatch_component
+from muster_api.dispatch.routes import config_router
 from muster_api.dispatch.routes import router as dispatch_router
 from muster_api.health import router as health_router
 from muster_api.logs import configure as configure_logging
@@ -61,7 +62,8 @@ def create_app(
     # /docs is served by the dashboard from local assets (FastAPI's pages load theirs from a CDN); no ReDoc.
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
-    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router):
+    openapi.install(app)
+    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router, config_router):
         app.include_router(router)
     dashboard.install(app)
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.

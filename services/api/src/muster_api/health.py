@@ -23,7 +23,8 @@ async def healthz() -> dict[str, str]:
 
 @router.head("/healthz", summary="The process is alive (status only)")
 async def healthz_head() -> Response:
-    return Response(status_code=200)
+    # The headers a GET would carry, without its body.
+    return Response(status_code=200, media_type="application/json")
 
 
 @router.get(
@@ -62,6 +63,6 @@ async def readyz(runtime: RuntimeDep) -> Any:
 )
 async def readyz_head(runtime: RuntimeDep) -> Response:
     ready: Response = await readyz(runtime)
-    return Response(
-        status_code=ready.status_code, headers={k: v for k, v in ready.headers.items() if k == "retry-after"}
-    )
+    kept = {k: v for k, v in ready.headers.items() if k == "retry-after"}
+    # The headers a GET would carry, without its body.
+    return Response(status_code=ready.status_code, headers=kept, media_type=ready.media_type)

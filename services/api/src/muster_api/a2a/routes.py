@@ -56,12 +56,22 @@ async def list_agents(state: A2ADep) -> AgentsOut:
     return _agents_out(state.agents)
 
 
-@router.post("/reload")
+@router.post(
+    "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
+)
 async def reload_agents(state: A2ADep) -> AgentsOut:
     return _agents_out(await state.reload())
 
 
-@router.post("/tools/{tool_name}/call", response_model=None)
+@router.post(
+    "/tools/{tool_name}/call",
+    response_model=None,
+    responses={
+        202: {"description": "`wait: false`: the stored call, to follow at GET /a2a/calls/{call_id}"},
+        404: {"description": "no tool of that name is loaded (`tools` lists those there are)"},
+        409: {"description": "another instance took the call over; look it up by its id"},
+    },
+)
 async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JSONResponse:
     if not body.wait:
         record = await state.start(tool_name, body.task)
@@ -71,7 +81,7 @@ async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JS
     return CallOut(call_id=record.id, **record.result.model_dump())
 
 
-@router.get("/calls/{call_id}")
+@router.get("/calls/{call_id}", responses={404: {"description": "no stored call with that id"}})
 async def get_call(call_id: str, state: A2ADep) -> CallRecord:
     record = await state.store.get(call_id)
     if record is None:
