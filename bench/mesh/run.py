@@ -1,5 +1,5 @@
-"""Mesh benchmark: the three figures of issue 3, on SQLite and on PostgreSQL, each with a ratio against a baseline
-measured in the same run on the same server.
+"""Mesh benchmark: its three figures (check-in throughput, wake latency, directory pages), on SQLite and on
+PostgreSQL, each with a ratio against a baseline measured in the same run on the same server.
 
 1. Check-in throughput: confirmed renewals (``POST /mesh/checkin`` with the agent's token) from 16 concurrent
    clients, against a bare ASGI endpoint of the same server doing one equivalent upsert on the same database

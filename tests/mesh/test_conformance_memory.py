@@ -8,13 +8,14 @@ from contextlib import asynccontextmanager
 import pytest
 
 from muster_mesh import InMemoryMeshStore, Mesh
-from muster_mesh.testing import CHECKS, ManualClock
+from muster_mesh.clock import FakeClock
+from muster_mesh.testing import CHECKS
 
 pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def memory_mesh(clock: ManualClock) -> AsyncIterator[Mesh]:
+async def memory_mesh(clock: FakeClock) -> AsyncIterator[Mesh]:
     yield Mesh(InMemoryMeshStore(), clock=clock)
 
 

@@ -13,14 +13,15 @@ from muster_api.db.migrate import upgrade
 from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import Mesh
-from muster_mesh.testing import CHECKS, ManualClock
+from muster_mesh.clock import FakeClock
+from muster_mesh.testing import CHECKS
 
 pytestmark = pytest.mark.anyio
 
 
-def sql_factory(db_url: str) -> Callable[[ManualClock], AbstractAsyncContextManager[Mesh]]:
+def sql_factory(db_url: str) -> Callable[[FakeClock], AbstractAsyncContextManager[Mesh]]:
     @asynccontextmanager
-    async def make(clock: ManualClock) -> AsyncIterator[Mesh]:
+    async def make(clock: FakeClock) -> AsyncIterator[Mesh]:
         engine = create_engine(Settings(database_url=db_url).database_url)
         try:
             await upgrade(engine)

@@ -69,6 +69,26 @@ async def test_private_home_and_layered_environment(tmp_path: Path, monkeypatch:
     assert json.loads((home / ".claude.json").read_text())["hasCompletedOnboarding"] is True
 
 
+@pytest.mark.parametrize("folder", [".muster", ".outpost"])
+async def test_the_workspace_variables_file(tmp_path: Path, folder: str) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / folder).mkdir(parents=True)
+    (workspace / folder / ".env").write_text(f"FROM_DOTENV={folder}\n", encoding="utf-8")
+    seen = await _seen(_env_harness(tmp_path), workspace, tmp_path / "homes")
+    env = seen["env"]
+    assert isinstance(env, dict) and env["FROM_DOTENV"] == folder
+
+
+async def test_muster_env_wins_over_outpost_env(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    for folder in (".muster", ".outpost"):
+        (workspace / folder).mkdir(parents=True)
+        (workspace / folder / ".env").write_text(f"FROM_DOTENV={folder}\n", encoding="utf-8")
+    seen = await _seen(_env_harness(tmp_path), workspace, tmp_path / "homes")
+    env = seen["env"]
+    assert isinstance(env, dict) and env["FROM_DOTENV"] == ".muster"
+
+
 async def test_same_workspace_same_home_other_workspace_other_home(tmp_path: Path) -> None:
     harness = _env_harness(tmp_path)
     (tmp_path / "a").mkdir()

@@ -139,10 +139,3 @@ _SET_USAGE: _Setter = _SLOTS["usage"].__set__
 _SET_RESET_AT: _Setter = _SLOTS["reset_at"].__set__
 _SET_CODE: _Setter = _SLOTS["code"].__set__
 _SET_DATA: _Setter = _SLOTS["data"].__set__
-
-
-def raw(line: str, data: Any = None) -> AgentEvent:
-    """An unknown JSON line keeps its object in ``data``; a non-JSON line keeps its text."""
-    if data is not None:
-        return AgentEvent("raw", data=data)
-    return AgentEvent("raw", text=line)

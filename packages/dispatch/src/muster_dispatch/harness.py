@@ -8,13 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.usage import Usage
-
-UsageMode = Literal["events", "session", "unavailable"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +75,6 @@ class Harness:
     quota: Callable[[str], bool]
     unavailable: Callable[[str], bool]
     requires_finished_event: bool
-    usage: UsageMode
     credentials: Callable[[Mapping[str, str]], CredentialPlan]
     configuration: Callable[[Mapping[str, str]], AgentConfiguration]
     bootstrap: Bootstrap | None
@@ -95,8 +92,6 @@ class Harness:
     # A native fork prepared from the session files, without running the CLI: (conversation id, {path relative to
     # the home: bytes}) -> (child id, files to write). None: fork goes through ``request`` (Claude --fork-session).
     fork: Callable[[str, Mapping[str, bytes]], tuple[str, dict[str, bytes]]] | None = None
-    usage_command: Callable[[str], Command] | None = None
-    usage_result: Callable[[str], Usage] | None = None
     transcript_usage: Callable[[str], Usage] | None = None
     executable: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)  # harness defaults, under every other source

@@ -1,7 +1,8 @@
 """The local sandbox provider: the CLI runs as a subprocess in the workspace, with a PRIVATE home per sandbox.
 
 Environment, lowest to highest: a minimal base (PATH, locale, TERM, HOME/TMPDIR in the private home), the harness
-defaults and configuration, the provider variables, ``<workspace>/.outpost/.env``, the agent variables. A name the
+defaults and configuration, the provider variables, the workspace's variables file (``.muster/.env``, or
+``.outpost/.env`` in a project that has only that one), the agent variables. A name the
 provider and the agent both define is a ``configuration`` error. Variable values are never logged.
 
 Each process starts its own session (process group); a deadline or a cancel kills the whole group.
@@ -25,6 +26,8 @@ from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import AgentConfiguration, Command
 from muster_dispatch.processes import RUN_VARIABLE, descendants, signal_all
 
+# The workspace's variables file: the first that exists. Projects set up with the second keep working unchanged.
+DOTENV_PATHS = (Path(".muster") / ".env", Path(".outpost") / ".env")
 _BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL")
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
 
@@ -41,7 +44,12 @@ class Sandbox:
 
     @property
     def dotenv(self) -> Path:
-        return self.workspace / ".outpost" / ".env"
+        """The workspace's variables file (see ``DOTENV_PATHS``); the first one when there is none."""
+        for relative in DOTENV_PATHS:
+            candidate = self.workspace / relative
+            if candidate.is_file():
+                return candidate
+        return self.workspace / DOTENV_PATHS[0]
 
 
 class LocalProcess:
@@ -200,7 +208,7 @@ class LocalProvider:
         agent: Mapping[str, str] | None = None,
         dotenv: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
-        """The process environment; ``dotenv``: ``.outpost/.env`` when the caller already read it."""
+        """The process environment; ``dotenv``: the workspace's variables file when the caller already read it."""
         harness = harness or {}
         agent = agent or {}
         conflicts = sorted(set(self.variables) & set(agent))
@@ -290,7 +298,8 @@ def read_dotenv(path: Path) -> dict[str, str]:
         name, sep, value = line.partition("=")
         name = name.strip()
         if not sep or not name.replace("_", "a").isalnum() or name[0].isdigit():
-            raise DispatchError("workspace", f".outpost/.env line {number}: expected NAME=value", {"line": number})
+            where = f"{path.parent.name}/{path.name}"
+            raise DispatchError("workspace", f"{where} line {number}: expected NAME=value", {"line": number})
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]

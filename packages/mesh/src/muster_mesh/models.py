@@ -1,6 +1,6 @@
 """The mesh's own request and answer models (strict: unknown fields are refused, by name).
 
-The wire shapes are the contract of issue 3: check-in answers a preview ``{preview, action, agent}`` or the agent's
+The wire shapes are a contract with the agents: check-in answers a preview ``{preview, action, agent}`` or the agent's
 record (with ``token`` once, on the check-in that starts a session); a send answers ``{message_id, recipients,
 stored}``; an inbox read ``{messages, next_cursor, has_more}``. ``replayed`` (an idempotent retry answered from the
 first result) is never serialised: the service reports it in a header.

@@ -50,7 +50,6 @@ from muster_mesh.models import (
 
 E = TypeVar("E", bound=MeshError)
 
-ManualClock = FakeClock  # the name the first tests used
 MeshFactory = Callable[[FakeClock], AbstractAsyncContextManager[Mesh]]
 Check = Callable[[MeshFactory], Coroutine[Any, Any, None]]
 CHECKS: dict[str, Check] = {}

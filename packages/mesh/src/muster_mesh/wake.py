@@ -19,6 +19,8 @@ from muster_mesh.errors import InvalidRequest
 
 log = logging.getLogger("muster.mesh.wake")
 
+# The exact words typed into the agent's pane: agents and the people watching them know this line (a test pins it),
+# and it carries no content from any message.
 WAKE_TEMPLATE = "[auto-wake #2540] Hay {count} mensajes de Agent Mesh; llamá agent_inbox"
 PANE_ID = re.compile(r"^[A-Za-z0-9%][A-Za-z0-9_.:%@-]{0,127}$")
 DEFAULT_MIN_INTERVAL = 30.0

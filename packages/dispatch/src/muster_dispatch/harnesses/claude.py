@@ -340,7 +340,6 @@ def claude_harness(*, executable: str | Path | None = None, permission_mode: str
         quota=quota,
         unavailable=unavailable,
         requires_finished_event=True,
-        usage="events",
         credentials=credentials,
         configuration=configuration,
         bootstrap=Bootstrap(PACKAGE, VERSION, "claude"),

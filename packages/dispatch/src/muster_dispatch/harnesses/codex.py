@@ -317,7 +317,6 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         quota=quota,
         unavailable=unavailable,
         requires_finished_event=True,
-        usage="events",
         credentials=credentials,
         configuration=configuration,
         bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
