@@ -1,5 +1,5 @@
 """Service settings, read from ``MUSTER_*`` environment variables by ``Settings()``: everything ``create_app``
-needs, in one place, with a section per capability (``MUSTER_MESH_*``, ``MUSTER_A2A_*``).
+needs, in one place, with a section per capability (``MUSTER_MESH_*``, ``MUSTER_A2A_*``, ``MUSTER_DISPATCH_*``).
 
 Nothing here runs at import time: ``create_app(settings)`` receives a ``Settings`` so that one process (a test run)
 can build apps on SQLite and on PostgreSQL side by side, each with its own limits and periods.
@@ -11,7 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, SecretStr, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from muster_a2a import DEFAULT_LEASE
@@ -71,6 +71,28 @@ class A2ASettings(BaseSettings):
         return self.scan_seconds if self.scan_seconds is not None else self.lease_seconds / 3
 
 
+class DispatchSettings(BaseSettings):
+    """``MUSTER_DISPATCH_*`` (and ``MUSTER_WORKSPACES_ROOT``): workers, the run lease, where homes and workspaces
+    live."""
+
+    model_config = SettingsConfigDict(env_prefix="MUSTER_DISPATCH_", extra="ignore", frozen=True, populate_by_name=True)
+
+    # Runs executed at once by this process (`muster serve` and `muster worker`); 0: this instance only serves.
+    workers: int = Field(default=2, ge=0, le=64)
+    # How long a run stays held without a renewal before another process calls it interrupted.
+    lease_seconds: float = Field(default=30.0, gt=0, le=3600)
+    # Private homes of the CLIs (one per workspace): warm resumes find their sessions here.
+    homes: Path = Path("var/dispatch/homes")
+    workspaces_root: Path = Field(
+        default=Path("var/workspaces"), validation_alias=AliasChoices("MUSTER_WORKSPACES_ROOT", "workspaces_root")
+    )
+
+    @property
+    def renew_every(self) -> float:
+        # A third of the lease: one missed renewal (a slow database) does not lose the run.
+        return self.lease_seconds / 3
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MUSTER_", extra="forbid", frozen=True)
 
@@ -87,6 +109,7 @@ class Settings(BaseSettings):
     config: Path = Path("muster.toml")
     mesh: MeshSettings = Field(default_factory=MeshSettings)
     a2a: A2ASettings = Field(default_factory=A2ASettings)
+    dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
 
     @field_validator("api_keys")
     @classmethod

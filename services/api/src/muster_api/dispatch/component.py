@@ -64,7 +64,7 @@ class DispatchState:
 @asynccontextmanager
 async def running(runtime: Runtime, settings: DispatchSettings | None = None) -> AsyncIterator[DispatchState]:
     """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit."""
-    state = DispatchState(runtime, settings or DispatchSettings(), runtime.settings.config)
+    state = DispatchState(runtime, settings or runtime.settings.dispatch, runtime.settings.config)
     try:
         await state.reload()
     except AgentConfigError as exc:
