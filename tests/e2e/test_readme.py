@@ -70,6 +70,7 @@ def test_the_curl_tour_shows_the_message_arriving(service: str, tmp_path: Path) 
     assert re.search(r'"from":"builder","body":"PR #12 is ready"', out), out
 
 
+@pytest.mark.slow  # a cold `muster` process per command of the tour
 def test_the_muster_tour_shows_the_message_arriving(service: str, tmp_path: Path) -> None:
     out = paste("\n".join(shell_blocks("### The mesh with `muster`")), service, tmp_path)
     assert "checked in as reviewer" in out and "checked in as builder" in out

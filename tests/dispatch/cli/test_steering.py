@@ -125,7 +125,8 @@ async def _codex_live_steering(
     """A codex app-server turn whose first answer the fake holds until the test has steered it.
 
     ``settle``: how long the held answer waits after ``steer()`` returned, so that codex has taken the steering
-    request off its stdin before the answer can complete the turn (0 reproduces the race of package bug 6).
+    request off its stdin before the answer can complete the turn (0 reproduces the race in which the answer ends
+    the turn before codex has read the steering).
     """
     gate = threading.Event()
     fake_openai.script.plan(Reply(text="Hello first.", gate=gate), Reply(text="Goodbye then."))
