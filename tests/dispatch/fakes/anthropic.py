@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script
+from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script, ToolCall
 from tests.dispatch.fakes.server import serve_in_thread
 
 SHELL_TOOL = "Bash"
@@ -67,79 +67,16 @@ def stream_events(reply: Reply, model: str) -> Iterator[bytes]:
             },
         },
     )
-    index = 0
+    blocks: list[Iterator[bytes]] = []
     if reply.thinking is not None:
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": ""}},
-        )
-        yield _sse("ping", {"type": "ping"})
-        yield _sse(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "thinking_delta", "thinking": reply.thinking},
-            },
-        )
-        yield _sse(
-            "content_block_delta",
-            {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "signature_delta", "signature": "c2lnbmF0dXJl"},
-            },
-        )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-        index += 1
+        blocks.append(_thinking_block(len(blocks), reply.thinking))
     if reply.text:
-        yield _sse(
-            "content_block_start",
-            {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
-        )
-        # Two deltas so that partial-message consumers see a real stream.
-        half = max(1, len(reply.text) // 2)
-        for piece in (reply.text[:half], reply.text[half:]):
-            if piece:
-                yield _sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
-                )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
-        index += 1
-    stop_reason = "end_turn"
+        blocks.append(_text_block(len(blocks), reply.text))
     if reply.tool is not None:
-        stop_reason = "tool_use"
-        tool_id = f"toolu_{reply.tool.call_id}"
-        yield _sse(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {
-                    "type": "tool_use",
-                    "id": tool_id,
-                    "name": reply.tool.name or SHELL_TOOL,
-                    "input": {},
-                },
-            },
-        )
-        arguments = json.dumps(
-            reply.tool.arguments
-            if reply.tool.arguments is not None
-            else {"command": reply.tool.command, "description": "Run the command"}
-        )
-        half = len(arguments) // 2
-        for piece in (arguments[:half], arguments[half:]):
-            yield _sse(
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "input_json_delta", "partial_json": piece},
-                },
-            )
-        yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+        blocks.append(_tool_block(len(blocks), reply.tool))
+    for block in blocks:
+        yield from block
+    stop_reason = "tool_use" if reply.tool is not None else "end_turn"
     yield _sse(
         "message_delta",
         {
@@ -149,6 +86,45 @@ def stream_events(reply: Reply, model: str) -> Iterator[bytes]:
         },
     )
     yield _sse("message_stop", {"type": "message_stop"})
+
+
+def _delta(index: int, delta: dict[str, Any]) -> bytes:
+    return _sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+def _block(index: int, start: dict[str, Any], deltas: list[dict[str, Any]]) -> Iterator[bytes]:
+    yield _sse("content_block_start", {"type": "content_block_start", "index": index, "content_block": start})
+    for delta in deltas:
+        yield _delta(index, delta)
+    yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+def _thinking_block(index: int, thinking: str) -> Iterator[bytes]:
+    yield _sse(
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": ""}},
+    )
+    yield _sse("ping", {"type": "ping"})
+    yield _delta(index, {"type": "thinking_delta", "thinking": thinking})
+    yield _delta(index, {"type": "signature_delta", "signature": "c2lnbmF0dXJl"})
+    yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+def _text_block(index: int, text: str) -> Iterator[bytes]:
+    # Two deltas so that partial-message consumers see a real stream.
+    half = max(1, len(text) // 2)
+    pieces = [piece for piece in (text[:half], text[half:]) if piece]
+    return _block(index, {"type": "text", "text": ""}, [{"type": "text_delta", "text": piece} for piece in pieces])
+
+
+def _tool_block(index: int, tool: ToolCall) -> Iterator[bytes]:
+    start = {"type": "tool_use", "id": f"toolu_{tool.call_id}", "name": tool.name or SHELL_TOOL, "input": {}}
+    arguments = json.dumps(
+        tool.arguments if tool.arguments is not None else {"command": tool.command, "description": "Run the command"}
+    )
+    half = len(arguments) // 2
+    deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in (arguments[:half], arguments[half:])]
+    return _block(index, start, deltas)
 
 
 def message_json(reply: Reply, model: str) -> dict[str, Any]:

@@ -197,7 +197,6 @@ def live_input_stdin(*texts: str) -> str:
 
 
 def claude_scenarios() -> list[Scenario]:
-    a = anthropic
     return [
         Scenario("plain", [Reply(text="Hello from the fake model.", thinking="The user wants a greeting.")]),
         Scenario(
@@ -257,6 +256,14 @@ def claude_scenarios() -> list[Scenario]:
             [Reply(tool=ToolCall("echo muster-tool-ok")), Reply(text="The command was denied.")],
             prompt="Run echo",
         ),
+        *_claude_failures(),
+        *_claude_sessions(),
+    ]
+
+
+def _claude_failures() -> list[Scenario]:
+    a = anthropic
+    return [
         Scenario("transient", [a.rate_limited(1), a.overloaded(1), Reply(text="Recovered after retries.")]),
         Scenario("ratelimit", [a.rate_limited(None)]),
         Scenario("overloaded", [a.overloaded(None)]),
@@ -271,6 +278,11 @@ def claude_scenarios() -> list[Scenario]:
         Scenario("credit-too-low", [a.credit_too_low()]),
         Scenario("api-usage-limit", [a.api_usage_limit()]),
         Scenario("network-down", [], network_down=True, timeout=60),
+    ]
+
+
+def _claude_sessions() -> list[Scenario]:
+    return [
         Scenario(
             "resume",
             [Reply(text="First answer.")],

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -80,115 +80,12 @@ def stream_events(reply: Reply, body: Any) -> Iterator[bytes]:
     yield event({"type": "response.created", "response": {**base, "status": "in_progress", "output": []}})
     yield event({"type": "response.in_progress", "response": {**base, "status": "in_progress", "output": []}})
     output: list[dict[str, Any]] = []
-    index = 0
     if reply.thinking is not None:
-        item_id = f"rs_{uuid.uuid4().hex[:24]}"
-        summary = [{"type": "summary_text", "text": reply.thinking}]
-        yield event(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {"id": item_id, "type": "reasoning", "summary": []},
-            }
-        )
-        yield event(
-            {
-                "type": "response.reasoning_summary_text.delta",
-                "item_id": item_id,
-                "output_index": index,
-                "summary_index": 0,
-                "delta": reply.thinking,
-            }
-        )
-        item = {"id": item_id, "type": "reasoning", "summary": summary}
-        yield event({"type": "response.output_item.done", "output_index": index, "item": item})
-        output.append(item)
-        index += 1
+        output.append((yield from _reasoning_item(event, len(output), reply.thinking)))
     if reply.text:
-        item_id = f"msg_{uuid.uuid4().hex[:24]}"
-        yield event(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
-            }
-        )
-        yield event(
-            {
-                "type": "response.content_part.added",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "part": {"type": "output_text", "text": "", "annotations": []},
-            }
-        )
-        half = max(1, len(reply.text) // 2)
-        for piece in (reply.text[:half], reply.text[half:]):
-            if piece:
-                yield event(
-                    {
-                        "type": "response.output_text.delta",
-                        "item_id": item_id,
-                        "output_index": index,
-                        "content_index": 0,
-                        "delta": piece,
-                    }
-                )
-        part = {"type": "output_text", "text": reply.text, "annotations": []}
-        yield event(
-            {
-                "type": "response.output_text.done",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "text": reply.text,
-            }
-        )
-        yield event(
-            {
-                "type": "response.content_part.done",
-                "item_id": item_id,
-                "output_index": index,
-                "content_index": 0,
-                "part": part,
-            }
-        )
-        item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        yield event({"type": "response.output_item.done", "output_index": index, "item": item})
-        output.append(item)
-        index += 1
+        output.append((yield from _message_item(event, len(output), reply.text)))
     if reply.tool is not None:
-        item = _function_call(reply.tool, body)
-        yield event(
-            {
-                "type": "response.output_item.added",
-                "output_index": index,
-                "item": {
-                    **item,
-                    "status": "in_progress",
-                    **({"arguments": ""} if "arguments" in item else {"input": ""}),
-                },
-            }
-        )
-        if item["type"] == "function_call":
-            yield event(
-                {
-                    "type": "response.function_call_arguments.delta",
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "delta": item["arguments"],
-                }
-            )
-            yield event(
-                {
-                    "type": "response.function_call_arguments.done",
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "arguments": item["arguments"],
-                }
-            )
-        yield event({"type": "response.output_item.done", "output_index": index, "item": item})
-        output.append(item)
+        output.append((yield from _tool_item(event, len(output), _function_call(reply.tool, body))))
     usage = {
         "input_tokens": reply.input_tokens,
         "input_tokens_details": {"cached_tokens": reply.cached_tokens},
@@ -199,6 +96,69 @@ def stream_events(reply: Reply, body: Any) -> Iterator[bytes]:
     yield event(
         {"type": "response.completed", "response": {**base, "status": "completed", "output": output, "usage": usage}}
     )
+
+
+Event = Callable[[dict[str, Any]], bytes]
+
+
+def _reasoning_item(event: Event, index: int, thinking: str) -> Generator[bytes, None, dict[str, Any]]:
+    item_id = f"rs_{uuid.uuid4().hex[:24]}"
+    summary = [{"type": "summary_text", "text": thinking}]
+    yield event(
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {"id": item_id, "type": "reasoning", "summary": []},
+        }
+    )
+    yield event(
+        {
+            "type": "response.reasoning_summary_text.delta",
+            "item_id": item_id,
+            "output_index": index,
+            "summary_index": 0,
+            "delta": thinking,
+        }
+    )
+    item = {"id": item_id, "type": "reasoning", "summary": summary}
+    yield event({"type": "response.output_item.done", "output_index": index, "item": item})
+    return item
+
+
+def _message_item(event: Event, index: int, text: str) -> Generator[bytes, None, dict[str, Any]]:
+    item_id = f"msg_{uuid.uuid4().hex[:24]}"
+    where = {"item_id": item_id, "output_index": index, "content_index": 0}
+    yield event(
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {"id": item_id, "type": "message", "status": "in_progress", "role": "assistant", "content": []},
+        }
+    )
+    yield event(
+        {"type": "response.content_part.added", **where, "part": {"type": "output_text", "text": "", "annotations": []}}
+    )
+    half = max(1, len(text) // 2)
+    for piece in (text[:half], text[half:]):
+        if piece:
+            yield event({"type": "response.output_text.delta", **where, "delta": piece})
+    part = {"type": "output_text", "text": text, "annotations": []}
+    yield event({"type": "response.output_text.done", **where, "text": text})
+    yield event({"type": "response.content_part.done", **where, "part": part})
+    item = {"id": item_id, "type": "message", "status": "completed", "role": "assistant", "content": [part]}
+    yield event({"type": "response.output_item.done", "output_index": index, "item": item})
+    return item
+
+
+def _tool_item(event: Event, index: int, item: dict[str, Any]) -> Generator[bytes, None, dict[str, Any]]:
+    pending = {**item, "status": "in_progress", **({"arguments": ""} if "arguments" in item else {"input": ""})}
+    yield event({"type": "response.output_item.added", "output_index": index, "item": pending})
+    if item["type"] == "function_call":
+        where = {"item_id": item["id"], "output_index": index}
+        yield event({"type": "response.function_call_arguments.delta", **where, "delta": item["arguments"]})
+        yield event({"type": "response.function_call_arguments.done", **where, "arguments": item["arguments"]})
+    yield event({"type": "response.output_item.done", "output_index": index, "item": item})
+    return item
 
 
 def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
