@@ -236,3 +236,21 @@ def test_a_run_page_streams_its_events_live_and_cancels(
     expect(w.page.locator("#run-status")).to_have_text("cancelled", timeout=WITHIN)
     assert w.errors == []
     same_origin(w.requests, app.base_url)
+
+
+def test_a_run_page_behind_an_api_key_streams_once_the_key_is_given(
+    live: Any, watch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    (tmp_path / "muster.toml").write_text(RUN_AGENTS)
+    app = live(api_keys=["sekret-key"])
+    run = app.http.post("/dispatch/runs", json={"agent": "fast", "prompt": "hi", "workspace": "w1"})
+    assert run.status_code == 202, run.text
+    w = watch(app.base_url)
+    w.page.goto(f"{app.base_url}/#/runs/{run.json()['id']}")
+    expect(w.page.locator("#key-form")).to_be_visible(timeout=WITHIN)
+    w.page.fill("#key-input", "sekret-key")
+    w.page.click("#key-form button")
+    # The stream is read with fetch, so the key goes along (an EventSource could not send it).
+    expect(w.page.locator("#events tbody td.detail").filter(has_text="done: hi").first).to_be_visible(timeout=WITHIN)
+    expect(w.page.locator("#run-status")).to_have_text("completed", timeout=WITHIN)

@@ -472,6 +472,7 @@
       state.waitingForKey = false;
       document.getElementById("key-form").hidden = true;
       forget.hidden = false;
+      if (state.openRun) route(); // the run page's stream stopped at the 401: start it again with the key
     });
     for (const select of document.querySelectorAll(".filters select")) {
       select.addEventListener("change", () => {
