@@ -9,6 +9,13 @@ import pytest
 from tests.a2a.peers import Peer, a2a_peer
 from tests.client.conftest import module_db_url, name  # noqa: F401  (fixtures shared with the client's tests)
 from tests.client.support import live_service_in_thread
+from tests.dispatch.conftest import (  # noqa: F401  (the real CLIs and the fake model servers, for the host tests)
+    anthropic_server,
+    fake_anthropic,
+    fake_openai,
+    installed_clis,
+    openai_server,
+)
 from tests.mesh.support import ServerProcess
 
 
