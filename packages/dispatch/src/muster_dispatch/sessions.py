@@ -35,9 +35,10 @@ def conversation_usage(agent: CliAgent, sandbox: Sandbox, conversation: str) -> 
 
 
 def prompt_recorded(agent: CliAgent, sandbox: Sandbox, conversation: str, prompt: str) -> bool | None:
-    """Whether the session already holds ``prompt`` (None: no session file at all)."""
+    """Whether the session already holds ``prompt`` (None: nothing to resume yet, no session file or only empty
+    ones: Codex creates its rollout file before it writes the first line, and refuses to resume an empty one)."""
     files = session_files(agent, sandbox, conversation)
-    if not files:
+    if not any(files.values()):
         return None
     needles = {json.dumps(prompt)[1:-1].encode(), json.dumps(prompt, ensure_ascii=False)[1:-1].encode()}
     return any(needle in content for content in files.values() for needle in needles)
@@ -61,22 +62,22 @@ def fork_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> s
     return child
 
 
-def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+async def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
     """Store the conversation's session files; False when the CLI wrote none."""
     if agent.storage is None:
         return False
     files = session_files(agent, sandbox, conversation)
     if not files:
         return False
-    agent.storage.capture(agent.harness.name, conversation, files)
+    await agent.storage.capture(agent.harness.name, conversation, files)
     return True
 
 
-def restore_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+async def restore_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
     """Cold resume: write the stored session into this home unless the home already has it (warm)."""
     if agent.storage is None or session_files(agent, sandbox, conversation):
         return False
-    files = agent.storage.restore(agent.harness.name, conversation)
+    files = await agent.storage.restore(agent.harness.name, conversation)
     if not files:
         return False
     for rel, content in files.items():

@@ -1,4 +1,4 @@
-"""The ``muster`` command: serve, migrate, version, mcp."""
+"""The ``muster`` command: serve, migrate, version, mcp; the people's commands live in ``muster_api.console``."""
 
 from __future__ import annotations
 
@@ -75,6 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from muster_api.mcp.command import add_parser as add_mcp
 
     add_mcp(sub)
+
+    from muster_api.console import register as register_console
+
+    register_console(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

@@ -5,7 +5,8 @@ MusterApiError
 ├── NotReadyError          database unreachable or migrations not at head (503)
 ├── MigrationError         a migration left rows breaking a foreign key (rolled back)
 ├── PayloadTooLargeError   request body over the service-wide bound (413)
-└── ToolRefused            ``muster mcp`` refuses a tool call before sending anything (an MCP tool error)
+├── ToolRefused            ``muster mcp`` refuses a tool call before sending anything (an MCP tool error)
+└── CommandError           a `muster` command cannot do what it was asked (its message says what to do instead)
 """
 
 from __future__ import annotations
@@ -34,3 +35,7 @@ class PayloadTooLargeError(MusterApiError):
 class ToolRefused(MusterApiError):
     """A tool call the MCP server refuses itself (not checked in, a pane id outside Herdr…): the message says what
     to do instead."""
+
+
+class CommandError(MusterApiError):
+    """A ``muster`` command cannot go on; the message is one line that says what to do."""
