@@ -6,6 +6,7 @@ what went wrong and what to do — never a stack trace, never a token.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +26,8 @@ from muster_client import (
     ServiceUnreachable,
     UnexpectedAnswer,
 )
+
+log = logging.getLogger("muster.mcp")
 
 Handler = Callable[[AgentSession, dict[str, Any]], Awaitable[str]]
 
@@ -243,4 +246,6 @@ def failure(tool: str, exc: Exception, url: str) -> str:
         return f"{tool} failed: {exc.detail} (HTTP {exc.status}, code {exc.code}).{f' {hint}.' if hint else ''}"
     if isinstance(exc, UnexpectedAnswer):
         return f"{tool} failed: the service answered something unexpected ({exc}); check that MUSTER_URL is Muster."
-    raise exc
+    # A fault of this server itself: the agent gets one line, the log gets the traceback.
+    log.error("%s failed", tool, exc_info=exc)
+    return f"{tool} failed inside the muster mcp server ({type(exc).__name__}); its log (stderr) has the details."
