@@ -26,6 +26,7 @@ from muster_client import (
     ServiceUnreachable,
     UnexpectedAnswer,
 )
+from muster_mesh.models import MAX_PAGE
 
 log = logging.getLogger("muster.mcp")
 
@@ -85,7 +86,7 @@ async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.ListArgs.model_validate(arguments)
     await session.flush()
     page = await session.client.agents(
-        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=tools.MAX_PAGE
+        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=MAX_PAGE
     )
     at = now()
     if not page.agents:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
-from muster_mesh.models import Label, Repo
+from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, Label, Repo
 from muster_mesh.wake import WAKE_TEMPLATE
 
 CHECKIN = "agent_checkin"
@@ -25,9 +25,6 @@ DISPATCH_RUN = "dispatch_run"
 DISPATCH_STATUS = "dispatch_status"
 MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT)
 OWN_TOOLS = (*MESH_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
-
-MAX_WAIT_SECONDS = 60
-MAX_PAGE = 500
 
 
 def _bound(model: type[BaseModel], field: str, name: str) -> int:
