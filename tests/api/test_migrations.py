@@ -12,6 +12,7 @@ from sqlalchemy import func, inspect, select
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from muster_api.db.models import metadata
+from muster_api.errors import MigrationError
 from muster_api.mesh.tables import agents, inbox, messages
 from muster_api.settings import Settings
 
@@ -122,3 +123,40 @@ def _agent_row(agent_id: str, now: datetime) -> dict[str, object]:
         "read_cursor": 0,
         "floor_seq": 0,
     }
+
+
+_ORPHAN_STEP = """
+from alembic import op
+
+revision = "test_orphan"
+down_revision = {down!r}
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.execute("INSERT INTO mesh_messages (message_id, sender, body, sent_at) VALUES ('m1', 'a', 'b', '2026-01-01')")
+    op.execute("INSERT INTO mesh_inbox (recipient, seq, message_id) VALUES ('nobody', 1, 'm1')")
+
+
+def downgrade() -> None:
+    pass
+"""
+
+
+async def test_a_sqlite_migration_that_breaks_a_foreign_key_is_rolled_back(tmp_path: Path) -> None:
+    """Foreign keys are off while the chain runs on SQLite: what they would have refused is found before the commit.
+    (PostgreSQL keeps them on and refuses the row itself.)"""
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    (steps / "test_orphan.py").write_text(_ORPHAN_STEP.format(down=head_revision()))
+    engine = create_engine(Settings(database_url=f"sqlite:///{tmp_path / 'muster.db'}").database_url)
+    try:
+        await upgrade(engine)
+        with pytest.raises(MigrationError, match="mesh_inbox"):
+            await upgrade(engine, "heads", versions=[steps])
+        assert await current_revision(engine) == head_revision()
+        async with engine.connect() as conn:
+            assert (await conn.execute(select(func.count()).select_from(inbox))).scalar_one() == 0
+    finally:
+        await engine.dispose()
