@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from muster_a2a import AgentSet, AgentStatus, CallRecord, Collision, UnknownCallError
+from muster_a2a import AgentStatus, CallRecord, Collision, UnknownCallError
 from muster_api.a2a.component import A2AState
 from muster_api.jsonbody import StrictJsonRoute
 
@@ -48,24 +48,22 @@ def _state(request: Request) -> A2AState:
     return state
 
 
-def _agents_out(agents: AgentSet) -> AgentsOut:
-    return AgentsOut(
-        agents=[agents.status[name] for name in sorted(agents.status)],
-        collisions=agents.collisions,
-        skipped=agents.skipped,
-    )
+def _agents_out(state: A2AState) -> AgentsOut:
+    return AgentsOut(agents=state.statuses(), collisions=state.agents.collisions, skipped=state.agents.skipped)
 
 
 @router.get("/agents")
 async def list_agents(request: Request) -> AgentsOut:
-    return _agents_out(_state(request).agents)
+    return _agents_out(_state(request))
 
 
 @router.post(
     "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
 )
 async def reload_agents(request: Request) -> AgentsOut:
-    return _agents_out(await _state(request).reload())
+    state = _state(request)
+    await state.reload()
+    return _agents_out(state)
 
 
 @router.post(
