@@ -50,6 +50,8 @@ def refused(result: subprocess.CompletedProcess[str], *needles: str) -> str:
         ({"MUSTER_LOG_LEVEL": "verbose"}, ("MUSTER_LOG_LEVEL", "'DEBUG'")),
         ({"MUSTER_DATABASE_URL": "mysql://h/db"}, ("MUSTER_DATABASE_URL", "mysql")),
         ({"MUSTER_HOST": "0.0.0.0"}, ("0.0.0.0", "MUSTER_API_KEYS", "MUSTER_ALLOW_OPEN_BIND")),
+        ({"MUSTER_MESH_MAX_WAIT_SECONDS": "100"}, ("MUSTER_MESH_MAX_WAIT_SECONDS", "60")),
+        ({"MUSTER_MESH_FANOUT_PER_MINUTE": "none"}, ("MUSTER_MESH_FANOUT_PER_MINUTE", "integer")),
     ],
 )
 def test_bad_settings_are_one_line(env: dict[str, str], needles: tuple[str, ...], tmp_path: object) -> None:

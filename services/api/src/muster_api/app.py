@@ -29,8 +29,11 @@ from muster_api.settings import Settings
 log = logging.getLogger("muster.api")
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
-    """Build the app. Pass ``runtime`` to inject a clock (tests); otherwise one is built from ``settings``."""
+def create_app(
+    settings: Settings | None = None, *, runtime: Runtime | None = None, freeze_after_start: bool = False
+) -> FastAPI:
+    """Build the app. Pass ``runtime`` to inject a clock (tests); otherwise one is built from ``settings``.
+    ``freeze_after_start``: the process serves this one app (``muster serve``), see ``app_from_env``."""
     settings = settings or (runtime.settings if runtime else Settings())
     configure_logging(settings.log_level)
 
@@ -45,10 +48,12 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
             async with AsyncExitStack() as stack:
                 for component in (mesh_component, a2a_component, dispatch_component):
                     await stack.enter_async_context(component.lifespan(app, rt))
-                # Everything alive now (modules, the app, its routes, models and stores) lives as long as the process:
-                # moved out of the collector's generations, a full collection no longer walks it (measured on the
-                # mesh: a 100 ms gen-2 pause under load, a wake-up's p99 several times its median).
-                gc.freeze()
+                if freeze_after_start:
+                    # Everything alive now (modules, the app, its routes, models and stores) lives as long as the
+                    # process: moved out of the collector's generations, a full collection no longer walks it
+                    # (measured on the mesh: a 100 ms gen-2 pause under load, a wake-up's p99 several times its
+                    # median). Process-wide, so only for a process that serves this one app.
+                    gc.freeze()
                 yield
         finally:
             await rt.engine.dispose()
@@ -69,5 +74,5 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
 
 def app_from_env() -> FastAPI:
-    """Factory for ``uvicorn --factory`` (used by ``muster serve``)."""
-    return create_app(Settings())
+    """Factory for ``uvicorn --factory`` (used by ``muster serve``): the process serves this one app."""
+    return create_app(Settings(), freeze_after_start=True)

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, SettingsError
 
 from muster_api.db.url import is_sqlite, redact, sqlite_path
 from muster_api.errors import ConfigurationError
@@ -46,7 +46,17 @@ def load_settings() -> Settings:
         raise ConfigurationError(f"MUSTER_DATABASE_URL: {exc}") from None
 
 
-def describe_validation(exc: ValidationError, prefix: str = "MUSTER_") -> str:
+def _prefix(title: str) -> str:
+    """The environment prefix of the settings class a validation error is about (a nested section has its own)."""
+    for field in Settings.model_fields.values():
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseSettings) and section.__name__ == title:
+            return str(section.model_config.get("env_prefix") or "MUSTER_")
+    return "MUSTER_"
+
+
+def describe_validation(exc: ValidationError) -> str:
+    prefix = _prefix(exc.title)
     parts = []
     for error in exc.errors():
         loc = [str(p) for p in error.get("loc", ())]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from muster_a2a import AgentStatus, CallRecord, Collision, UnknownCallError
 from muster_api.a2a.component import A2AState
+from muster_api.deps import A2ADep
 from muster_api.jsonbody import StrictJsonRoute
 
 router = APIRouter(prefix="/a2a", tags=["a2a"], route_class=StrictJsonRoute)
@@ -43,25 +44,19 @@ class CallOut(BaseModel):
     metadata: dict[str, Any]
 
 
-def _state(request: Request) -> A2AState:
-    state: A2AState = request.app.state.a2a
-    return state
-
-
 def _agents_out(state: A2AState) -> AgentsOut:
     return AgentsOut(agents=state.statuses(), collisions=state.agents.collisions, skipped=state.agents.skipped)
 
 
 @router.get("/agents")
-async def list_agents(request: Request) -> AgentsOut:
-    return _agents_out(_state(request))
+async def list_agents(state: A2ADep) -> AgentsOut:
+    return _agents_out(state)
 
 
 @router.post(
     "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
 )
-async def reload_agents(request: Request) -> AgentsOut:
-    state = _state(request)
+async def reload_agents(state: A2ADep) -> AgentsOut:
     await state.reload()
     return _agents_out(state)
 
@@ -75,8 +70,7 @@ async def reload_agents(request: Request) -> AgentsOut:
         409: {"description": "another instance took the call over; look it up by its id"},
     },
 )
-async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut | JSONResponse:
-    state = _state(request)
+async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JSONResponse:
     if not body.wait:
         record = await state.start(tool_name, body.task)
         return JSONResponse(record.model_dump(mode="json"), status_code=202)
@@ -86,8 +80,8 @@ async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut |
 
 
 @router.get("/calls/{call_id}", responses={404: {"description": "no stored call with that id"}})
-async def get_call(call_id: str, request: Request) -> CallRecord:
-    record = await _state(request).store.get(call_id)
+async def get_call(call_id: str, state: A2ADep) -> CallRecord:
+    record = await state.store.get(call_id)
     if record is None:
         raise UnknownCallError(call_id)
     return record

@@ -46,7 +46,16 @@ from muster_mesh import (
     SendResult,
 )
 from muster_mesh.mesh import Mesh
-from muster_mesh.models import MAX_SEQ, AgentId, Cursor, Label, Repo
+from muster_mesh.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_PAGE,
+    MAX_SEQ,
+    MAX_WAIT_SECONDS,
+    AgentId,
+    Cursor,
+    Label,
+    Repo,
+)
 
 router = APIRouter(prefix="/mesh", tags=["mesh"], route_class=StrictJsonRoute)
 
@@ -62,7 +71,6 @@ AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
 IDEMPOTENCY_CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"description": "the Idempotency-Key was used with other arguments", **PROBLEM}
 }
-MAX_PAGE = 500
 
 # The headers are read by one dependency (``caller``) rather than declared per parameter: documented here instead.
 _BEARER = {
@@ -76,14 +84,14 @@ _KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
     "description": "A retry with the same key answers the first result (header `Idempotent-Replayed: true`).",
 }
 READ_DOC: dict[str, Any] = {"parameters": [_BEARER]}
 WRITE_DOC: dict[str, Any] = {"parameters": [_BEARER, _KEY]}
 
 
-KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,128}$")
+KEY_PATTERN = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +240,7 @@ async def read_inbox(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     wait_seconds: Annotated[
-        float, Query(ge=0, le=60, description="Long-poll: answer as soon as a message is stored.")
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: answer as soon as a message is stored.")
     ] = 0,
 ) -> Response:
     """Idempotent: the same `after` returns the same messages; reading never moves the stored cursor (ack does)."""
