@@ -119,7 +119,7 @@ async def test_cold_resume_restores_the_session_into_a_new_home(tmp_path: Path) 
         agent, AgentInput("one"), workspace=tmp_path, provider=local_provider(tmp_path / "h1")
     ).result()
     assert first.conversation
-    captured = store.restore("claude", first.conversation)
+    captured = await store.restore("claude", first.conversation)
     assert captured and any(path.endswith(f"{first.conversation}.jsonl") for path in captured)
     # A different provider root: a NEW, empty private home.
     second = await dispatch(

@@ -10,7 +10,7 @@ from muster_dispatch.agents import (
     custom_agent,
     fallback_agent,
 )
-from muster_dispatch.bootstrap import ensure_cli
+from muster_dispatch.bootstrap import CliStatus, cli_status, ensure_cli
 from muster_dispatch.conversations import ConversationStore, DirectoryConversationStore, MemoryConversationStore
 from muster_dispatch.decode import decode_events, decode_transcript
 from muster_dispatch.errors import ERROR_CODES, DispatchError, ReplayDivergence
@@ -20,7 +20,7 @@ from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, Cred
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
 from muster_dispatch.inputs import AgentInput, Continuation
-from muster_dispatch.journal import Journal, Observation
+from muster_dispatch.journal import Journal, JournalSink, Observation
 from muster_dispatch.provider import LocalProvider, local_provider
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_agent
 from muster_dispatch.results import Attempt, TurnResult
@@ -36,6 +36,7 @@ __all__ = [
     "Attempt",
     "Bootstrap",
     "CliAgent",
+    "CliStatus",
     "Command",
     "Continuation",
     "ConversationStore",
@@ -48,6 +49,7 @@ __all__ = [
     "FallbackAgent",
     "Harness",
     "Journal",
+    "JournalSink",
     "LocalProvider",
     "MemoryConversationStore",
     "Observation",
@@ -60,6 +62,7 @@ __all__ = [
     "Usage",
     "claude_harness",
     "cli_agent",
+    "cli_status",
     "codex_harness",
     "custom_agent",
     "decode_events",

@@ -10,6 +10,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
@@ -70,6 +71,30 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
                 raise DispatchError("provider", f"{binary} does not report version {spec.version}")
     _verified[prefix] = binary
     return binary
+
+
+@dataclass(frozen=True, slots=True)
+class CliStatus:
+    """What is known of a harness's CLI without running it: installed at its pin, and which version."""
+
+    installed: bool
+    version: str | None
+    path: Path | None
+
+
+def cli_status(harness: Harness, *, cache_dir: Path | str | None = None) -> CliStatus:
+    """Whether the pinned CLI is in the cache (an install only leaves it there once its version checked out)."""
+    if harness.executable:
+        found = shutil.which(harness.executable)
+        return CliStatus(found is not None, None, Path(found) if found else None)
+    spec = harness.bootstrap
+    if spec is None:
+        return CliStatus(False, None, None)
+    prefix = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / f"{harness.name}-{spec.version}"
+    binary = prefix / "node_modules" / ".bin" / spec.binary
+    if not binary.exists():
+        return CliStatus(False, None, None)
+    return CliStatus(True, spec.version, binary)
 
 
 def ready_cli(harness: Harness) -> Path | None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.inputs import AgentInput
-from muster_dispatch.journal import Journal
+from muster_dispatch.journal import Journal, JournalSink
 from muster_dispatch.results import TurnResult
 
 Divergence = Literal["fail", "warn"]
@@ -88,11 +88,11 @@ def replay_turn(agent: ReplayAgent, turn: RecordedTurn, input: AgentInput) -> li
 
 
 def replay_agent(
-    journal: Journal | Path | str, *, divergence: Divergence = "fail", name: str | None = None
+    journal: JournalSink | Path | str, *, divergence: Divergence = "fail", name: str | None = None
 ) -> ReplayAgent:
     if divergence not in ("fail", "warn"):
         raise DispatchError("configuration", "divergence is 'fail' or 'warn'", {"field": "divergence"})
-    if not isinstance(journal, Journal):
+    if isinstance(journal, (Path, str)):
         path = Path(journal)
         if not path.exists():
             raise DispatchError("replay", f"journal {path} does not exist", {"field": "journal"})
@@ -101,7 +101,7 @@ def replay_agent(
     return ReplayAgent(turns, source=source, divergence=divergence, name=name or "replay")
 
 
-def recorded_turns(journal: Journal) -> tuple[list[RecordedTurn], str]:
+def recorded_turns(journal: JournalSink) -> tuple[list[RecordedTurn], str]:
     """Group the journal by dispatch, in the order the dispatches started."""
     order: list[str] = []
     parts: dict[str, dict[str, Any]] = {}

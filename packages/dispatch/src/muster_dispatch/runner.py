@@ -23,7 +23,7 @@ from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command, Harness
 from muster_dispatch.inputs import AgentInput, Continuation
-from muster_dispatch.journal import Journal
+from muster_dispatch.journal import JournalSink
 from muster_dispatch.live import live_input
 from muster_dispatch.process_run import ProcessRun
 from muster_dispatch.provider import LocalProvider, Sandbox, read_dotenv
@@ -50,7 +50,7 @@ def dispatch(
     workspace: Path | str,
     provider: LocalProvider | None = None,
     deadline: float | None = None,
-    journal: Journal | None = None,
+    journal: JournalSink | None = None,
 ) -> Dispatch:
     """Dispatch one turn. ``deadline``: seconds from the start for the whole turn (fallback attempts included)."""
     if not isinstance(input, AgentInput):
@@ -73,7 +73,7 @@ class Dispatch:
         workspace: Path,
         provider: LocalProvider | None,
         deadline: float | None,
-        journal: Journal | None,
+        journal: JournalSink | None,
     ) -> None:
         self.id = uuid.uuid4().hex
         self.agent = agent
@@ -372,7 +372,7 @@ class Dispatch:
             result = state.conclude(exit_code=exit_code, stopped=_as_stopped(stopped) if stopped else None)
             break
         result = replace(result, usage=usage or Usage.missing(), events=events)
-        self._capture(agent, sandbox, result)
+        await self._capture(agent, sandbox, result)
         return result
 
     async def _prepare(self, agent: CliAgent, input: AgentInput) -> tuple[Sandbox, dict[str, str], str, AgentInput]:
@@ -386,7 +386,7 @@ class Dispatch:
         executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
         continuation = input.continuation
         if continuation is not None:
-            restore_conversation(agent, sandbox, continuation.conversation)
+            await restore_conversation(agent, sandbox, continuation.conversation)
             if continuation.fork and harness.fork is not None:
                 forked = fork_conversation(agent, sandbox, continuation.conversation)
                 input = AgentInput(input.prompt, Continuation(forked), input.live_input)
@@ -433,11 +433,11 @@ class Dispatch:
         # way): nothing to resume, so run the stopped prompt again with the steering.
         return AgentInput(f"{leg.prompt}\n\n{text}", leg.continuation)
 
-    def _capture(self, agent: CliAgent, sandbox: Sandbox, result: TurnResult) -> None:
+    async def _capture(self, agent: CliAgent, sandbox: Sandbox, result: TurnResult) -> None:
         if not (agent.capture and agent.storage is not None and result.conversation):
             return
         try:
-            capture_conversation(agent, sandbox, result.conversation)
+            await capture_conversation(agent, sandbox, result.conversation)
         except (DispatchError, OSError) as exc:
             warning = AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session")
             self._emit(warning, agent, "harness")

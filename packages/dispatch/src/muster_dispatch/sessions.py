@@ -62,22 +62,22 @@ def fork_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> s
     return child
 
 
-def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+async def capture_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
     """Store the conversation's session files; False when the CLI wrote none."""
     if agent.storage is None:
         return False
     files = session_files(agent, sandbox, conversation)
     if not files:
         return False
-    agent.storage.capture(agent.harness.name, conversation, files)
+    await agent.storage.capture(agent.harness.name, conversation, files)
     return True
 
 
-def restore_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
+async def restore_conversation(agent: CliAgent, sandbox: Sandbox, conversation: str) -> bool:
     """Cold resume: write the stored session into this home unless the home already has it (warm)."""
     if agent.storage is None or session_files(agent, sandbox, conversation):
         return False
-    files = agent.storage.restore(agent.harness.name, conversation)
+    files = await agent.storage.restore(agent.harness.name, conversation)
     if not files:
         return False
     for rel, content in files.items():

@@ -16,6 +16,7 @@ from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.db.url import redact
 from muster_api.dispatch import component as dispatch_component
+from muster_api.dispatch.routes import config_router
 from muster_api.dispatch.routes import router as dispatch_router
 from muster_api.health import router as health_router
 from muster_api.logs import configure as configure_logging
@@ -62,7 +63,7 @@ def create_app(
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
     openapi.install(app)
-    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router):
+    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router, config_router):
         app.include_router(router)
     dashboard.install(app)
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.

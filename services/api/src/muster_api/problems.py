@@ -1,7 +1,8 @@
 """RFC 9457 problem+json for every error: one table from error class to HTTP status.
 
 Each capability contributes its rows in ``muster_api.<capability>.problems.STATUS``; the most specific class wins
-(the error's MRO is walked), so a package's root error is the fallback for its whole tree.
+(the error's MRO is walked), so a package's root error is the fallback for its whole tree. An error with a ``code``
+(``DispatchError``) is looked up by (class, code) first, in ``CODE_STATUS``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from muster_api.a2a.problems import STATUS as A2A_STATUS
+from muster_api.dispatch.problems import CODE_STATUS as DISPATCH_CODE_STATUS
 from muster_api.dispatch.problems import STATUS as DISPATCH_STATUS
 from muster_api.errors import ConfigurationError, NotReadyError, PayloadTooLargeError
 from muster_api.mesh.problems import STATUS as MESH_STATUS
@@ -38,6 +40,9 @@ STATUS: dict[type[Exception], int] = {
     **A2A_STATUS,
     **DISPATCH_STATUS,
 }
+
+
+CODE_STATUS: dict[tuple[type[Exception], str], int] = {**DISPATCH_CODE_STATUS}
 
 
 # How long a client should wait before retrying while the database is unreachable: reconnecting is attempted on
@@ -126,6 +131,11 @@ def unhandled(exc: BaseException, method: str, path: str) -> JSONResponse:
 
 
 def status_for(exc: BaseException) -> int | None:
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        for cls in type(exc).__mro__:
+            if (cls, code) in CODE_STATUS:
+                return CODE_STATUS[(cls, code)]
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]

@@ -1,15 +1,87 @@
-"""Start-up and shut-down of the dispatch capability inside the service."""
+"""Start-up and shut-down of the dispatch capability: the agents of the config file, the run store, the notifier, and
+the workers (``MUSTER_DISPATCH_WORKERS`` of them in this process) with the sweep that interrupts runs whose worker
+died. ``muster serve`` runs it inside the app's lifespan; ``muster worker`` runs it without HTTP (``run_workers``).
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
 
+import anyio
 from fastapi import FastAPI
 
+from muster_a2a import AgentConfigError
+from muster_api.configfile import read_config
+from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
+from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.settings import DispatchSettings
+from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
+from muster_api.dispatch.worker import sweep_forever, work_forever
+from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
+from muster_dispatch import local_provider
+
+log = logging.getLogger("muster.dispatch")
+
+
+class DispatchState:
+    """What ``app.state.dispatch`` holds, and what every worker of this process shares."""
+
+    def __init__(self, runtime: Runtime, settings: DispatchSettings, config: Path) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.config = config
+        self.instance = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.notifier = RunNotifier(runtime.engine, runtime.dialect)
+        self.store = SqlRunStore(runtime.engine, self.notifier, runtime.dialect)
+        self.conversations = SqlConversationStore(runtime.engine, runtime.now)
+        self.provider = local_provider(settings.homes)
+        self.agents = DispatchAgents()
+        self._reload_lock = anyio.Lock()
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.settings.lease_seconds)
+
+    async def reload(self) -> DispatchAgents:
+        """Read the ``dispatch_agents`` block again; runs already executing keep the agent they were built with."""
+        async with self._reload_lock:
+            agents = parse_dispatch_agents(await read_config(self.config))
+            self.agents = agents
+        for name, definition in agents.definitions.items():
+            if definition.error is not None:
+                log.warning("dispatch agent %s unavailable: %s", name, definition.error)
+        return agents
+
+
+@asynccontextmanager
+async def running(runtime: Runtime, settings: DispatchSettings | None = None) -> AsyncIterator[DispatchState]:
+    """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit."""
+    state = DispatchState(runtime, settings or DispatchSettings(), runtime.settings.config)
+    try:
+        await state.reload()
+    except AgentConfigError as exc:
+        raise ConfigurationError(str(exc)) from None
+    async with anyio.create_task_group() as group:
+        await group.start(state.notifier.run)
+        for index in range(state.settings.workers):
+            group.start_soon(work_forever, state, f"{state.instance}/{index}")
+        group.start_soon(sweep_forever, state)
+        try:
+            yield state
+        finally:
+            group.cancel_scope.cancel()
 
 
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
-    yield
+    async with running(runtime) as state:
+        app.state.dispatch = state
+        yield

@@ -1,5 +1,135 @@
-"""REST routes of the dispatch capability."""
+"""REST routes of the dispatch capability: agents, runs, their live events, steering and cancel."""
 
-from fastapi import APIRouter
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from muster_api.dispatch.component import DispatchState
+from muster_api.dispatch.config import cli_state
+from muster_api.dispatch.errors import UnknownRunError
+from muster_api.dispatch.events import jsonl_lines, sse_stream
+from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
+from muster_api.dispatch.runs import cancel_run, create_run, steer_run
 
 router = APIRouter(prefix="/dispatch", tags=["dispatch"])
+config_router = APIRouter(prefix="/config", tags=["config"])
+
+ID_PATH = Path(pattern=ID_PATTERN)
+
+
+def _state(request: Request) -> DispatchState:
+    state: DispatchState = request.app.state.dispatch
+    return state
+
+
+def _agents_out(state: DispatchState) -> AgentsOut:
+    out: list[AgentOut] = []
+    for name, definition in sorted(state.agents.definitions.items()):
+        installed, version = cli_state(definition)
+        out.append(
+            AgentOut(
+                name=name,
+                kind=definition.kind,
+                harness=definition.harness,
+                model=definition.model,
+                agents=definition.members,
+                installed=installed,
+                version=version,
+                error=definition.error,
+            )
+        )
+    return AgentsOut(agents=out)
+
+
+@router.get("/agents")
+async def list_agents(request: Request) -> AgentsOut:
+    return _agents_out(_state(request))
+
+
+@router.post("/reload")
+async def reload_agents(request: Request) -> AgentsOut:
+    state = _state(request)
+    await state.reload()
+    return _agents_out(state)
+
+
+@config_router.post("/reload")
+async def reload_config(request: Request) -> dict[str, Any]:
+    """Re-read the config file's two blocks: ``agents`` (A2A) and ``dispatch_agents``."""
+    a2a = await request.app.state.a2a.reload()
+    state = _state(request)
+    await state.reload()
+    return {
+        "a2a": {"agents": sorted(a2a.status), "skipped": a2a.skipped},
+        "dispatch": _agents_out(state).model_dump(mode="json"),
+    }
+
+
+def _accepted(run: Run) -> JSONResponse:
+    return JSONResponse(run.model_dump(mode="json"), status_code=202, headers={"Location": f"/dispatch/runs/{run.id}"})
+
+
+@router.post("/runs", status_code=202, response_model=Run)
+async def post_run(body: RunIn, request: Request) -> JSONResponse:
+    return _accepted(await create_run(_state(request), body))
+
+
+@router.get("/runs")
+async def list_runs(
+    request: Request,
+    agent: Annotated[str | None, Query(max_length=200)] = None,
+    status: Annotated[
+        Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"] | None, Query()
+    ] = None,
+    cursor: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
+) -> RunPage:
+    runs = await _state(request).store.page(agent=agent, status=status, before=cursor, limit=limit)
+    return RunPage(runs=runs, next_cursor=runs[-1].id if len(runs) == limit else None)
+
+
+async def _run(state: DispatchState, run_id: str) -> Run:
+    run = await state.store.get(run_id)
+    if run is None:
+        raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
+    return run
+
+
+@router.get("/runs/{run_id}")
+async def get_run(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
+    return await _run(_state(request), run_id)
+
+
+@router.get("/runs/{run_id}/events", response_model=None)
+async def run_events(
+    run_id: Annotated[str, ID_PATH],
+    request: Request,
+    format: Annotated[Literal["sse", "jsonl"], Query()] = "sse",
+    last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,12}$")] = None,
+) -> StreamingResponse:
+    state = _state(request)
+    await _run(state, run_id)
+    if format == "jsonl":
+        return StreamingResponse(
+            jsonl_lines(state, run_id),
+            media_type="application/jsonl",
+            headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
+        )
+    return StreamingResponse(
+        sse_stream(state, run_id, int(last_event_id or 0)),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post("/runs/{run_id}/steer", status_code=202)
+async def steer(run_id: Annotated[str, ID_PATH], body: SteerIn, request: Request) -> Run:
+    return await steer_run(_state(request), run_id, body.text)
+
+
+@router.post("/runs/{run_id}/cancel", status_code=202)
+async def cancel(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
+    return await cancel_run(_state(request), run_id)

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
-from muster_api.mesh.notify import PgNotifier
+from muster_api.db.notify import PgNotifier
 from muster_api.mesh.store import SqlMeshStore, TransactionNotifier
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.store_sqlite import SqliteMeshStore

@@ -1,4 +1,5 @@
-"""Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel.
+"""Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel per capability (the mesh's
+recipients, the runs of dispatch).
 
 The sending transaction itself NOTIFYs the recipients' agent ids (``notify_in_transaction``, run by the SQL store),
 so the notification leaves exactly when the message commits and costs no transaction of its own. Each notification
@@ -26,14 +27,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
 
-log = logging.getLogger("muster.mesh.notify")
+log = logging.getLogger("muster.notify")
 
 CHANNEL = "muster_mesh"
 # NOTIFY payloads must stay under 8000 bytes; agent ids are at most 64 characters.
 MAX_PAYLOAD = 7000
 RECONNECT_SECONDS = 1.0
-
-_NOTIFY = select(sqlfunc.pg_notify(CHANNEL, bindparam("p_payload")))
 
 
 def _chunks(agent_ids: Sequence[str]) -> list[str]:
@@ -56,7 +55,10 @@ def _setter(event: anyio.Event) -> Any:
 
 
 class PgNotifier:
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, channel: str = CHANNEL) -> None:
+        # Another capability (dispatch runs) listens on its own channel with the same machinery.
+        self.channel = channel
+        self._notify = select(sqlfunc.pg_notify(channel, bindparam("p_payload")))
         self._engine = engine
         self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.instance = uuid.uuid4().hex[:12]
@@ -76,14 +78,14 @@ class PgNotifier:
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None:
         """NOTIFY the other instances from inside the sending transaction (delivered at its commit)."""
         for chunk in _chunks(agent_ids):
-            await conn.execute(_NOTIFY, {"p_payload": f"{self.instance}|{chunk}"})
+            await conn.execute(self._notify, {"p_payload": f"{self.instance}|{chunk}"})
 
     def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
         """(channel, payload) of the one NOTIFY for these recipients, or (None, None) when they need several."""
         chunks = _chunks(agent_ids)
         if len(chunks) != 1:
             return None, None
-        return CHANNEL, f"{self.instance}|{chunks[0]}"
+        return self.channel, f"{self.instance}|{chunks[0]}"
 
     async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         # Called after the commit: this instance's own waiters, without a round trip.
@@ -110,7 +112,7 @@ class PgNotifier:
             lost = anyio.Event()
             conn.add_termination_listener(_setter(lost))
             try:
-                await conn.add_listener(CHANNEL, self._on_notify)
+                await conn.add_listener(self.channel, self._on_notify)
                 self.listener_pid = conn.get_server_pid()
                 if started:
                     self.reconnects += 1

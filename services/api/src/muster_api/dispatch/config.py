@@ -1,0 +1,206 @@
+"""The ``dispatch_agents`` block of the config file (``MUSTER_CONFIG``, shared with the A2A ``agents`` block).
+
+NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` | ``{kind = "fallback", agents, on}`` |
+``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in variables is expanded as in the agents
+block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are unaffected.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from muster_a2a import AgentConfigError
+from muster_a2a.config import expand_env
+from muster_dispatch import (
+    ConversationStore,
+    DispatchError,
+    claude_harness,
+    cli_agent,
+    cli_status,
+    codex_harness,
+    custom_agent,
+    fallback_agent,
+)
+from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
+from muster_dispatch.harness import Harness
+
+BLOCK = "dispatch_agents"
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+ENTRYPOINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+
+
+class CliEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["cli"]
+    harness: Literal["claude", "codex"]
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
+    variables: dict[str, str] = Field(default_factory=dict)
+
+
+class FallbackEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["fallback"]
+    agents: list[str] = Field(min_length=1, max_length=20)
+    on: list[Literal["quota", "unavailable"]] = Field(default=["quota", "unavailable"], min_length=1)
+
+
+class CustomEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["custom"]
+    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN)
+
+
+Entry = Annotated[CliEntry | FallbackEntry | CustomEntry, Field(discriminator="kind")]
+_ENTRY: TypeAdapter[CliEntry | FallbackEntry | CustomEntry] = TypeAdapter(Entry)
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    """One entry of the block: what it says, and why it cannot run when it cannot (``error``)."""
+
+    name: str
+    kind: str
+    entry: CliEntry | FallbackEntry | CustomEntry | None = None
+    error: str | None = None
+    fn: CustomFn | None = None
+
+    @property
+    def harness(self) -> str | None:
+        return self.entry.harness if isinstance(self.entry, CliEntry) else None
+
+    @property
+    def model(self) -> str | None:
+        return self.entry.model if isinstance(self.entry, CliEntry) else None
+
+    @property
+    def members(self) -> list[str] | None:
+        return list(self.entry.agents) if isinstance(self.entry, FallbackEntry) else None
+
+
+@dataclass
+class DispatchAgents:
+    definitions: dict[str, AgentDefinition] = field(default_factory=dict)
+
+    def get(self, name: str) -> AgentDefinition | None:
+        return self.definitions.get(name)
+
+    def build(self, name: str, storage: ConversationStore | None) -> DispatchAgent:
+        """A fresh package agent for one run (CLI agents get the conversation storage)."""
+        definition = self.definitions.get(name)
+        if definition is None:
+            raise DispatchError("configuration", f"no dispatch agent {name!r}", {"field": "agent"})
+        if definition.error is not None:
+            raise DispatchError("configuration", f"dispatch agent {name!r}: {definition.error}", {"field": "agent"})
+        entry = definition.entry
+        if isinstance(entry, FallbackEntry):
+            members: list[Agent] = []
+            for member in entry.agents:
+                built = self.build(member, storage)
+                if built.kind == "fallback":  # refused when parsed; kept as a check for the type
+                    raise DispatchError("configuration", f"nested fallback member {member!r}", {"field": "agent"})
+                members.append(built)
+            return fallback_agent(members, on=entry.on, name=name)
+        if isinstance(entry, CliEntry):
+            return cli_agent(_harness(entry), model=entry.model, variables=entry.variables, storage=storage, name=name)
+        assert definition.fn is not None
+        return custom_agent(definition.fn, name=name)
+
+
+def _harness(entry: CliEntry) -> Harness:
+    if entry.harness == "claude":
+        return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
+    return codex_harness()
+
+
+def cli_state(definition: AgentDefinition) -> tuple[bool, str | None]:
+    """(installed, version) of a CLI agent's pinned CLI, from the bootstrap's cache; custom agents need nothing."""
+    entry = definition.entry
+    if isinstance(entry, CliEntry):
+        status = cli_status(_harness(entry))
+        return status.installed, status.version
+    return definition.error is None and isinstance(entry, CustomEntry), None
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors())
+
+
+def _import(entrypoint: str) -> CustomFn:
+    module_name, _, attr = entrypoint.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of someone else's module isolates the entry
+        raise AgentConfigError(f"entrypoint {entrypoint} does not import: {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise AgentConfigError(f"entrypoint {entrypoint}: {attr} is not a callable of {module_name}")
+    result: CustomFn = fn
+    return result
+
+
+def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefinition:
+    kind = str(raw.get("kind", "")) if isinstance(raw, Mapping) else ""
+    try:
+        entry = _ENTRY.validate_python(raw)
+    except ValidationError as exc:
+        return AgentDefinition(name, kind or "unknown", error=_problems(exc))
+    try:
+        if isinstance(entry, CliEntry):
+            variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
+            entry = entry.model_copy(update={"variables": variables})
+            cli_agent(_harness(entry), model=entry.model, variables=variables)  # the package's own checks
+        if isinstance(entry, CustomEntry):
+            return AgentDefinition(name, entry.kind, entry, fn=_import(entry.entrypoint))
+    except (AgentConfigError, DispatchError) as exc:
+        return AgentDefinition(name, entry.kind, entry, error=str(exc))
+    return AgentDefinition(name, entry.kind, entry)
+
+
+def _check_members(definitions: dict[str, AgentDefinition]) -> None:
+    """A fallback's members must be defined, runnable and not fallbacks (a chain of fallbacks could cycle)."""
+    for name, definition in list(definitions.items()):
+        entry = definition.entry
+        if definition.error is not None or not isinstance(entry, FallbackEntry):
+            continue
+        error: str | None = None
+        for member in entry.agents:
+            target = definitions.get(member)
+            if target is None:
+                error = f"unknown fallback member {member!r}"
+            elif target.kind == "fallback":
+                cyclic = member == name or name in (target.members or [])
+                error = f"{'cyclic' if cyclic else 'nested'} fallback member {member!r}: members are cli or custom"
+            elif target.error is not None:
+                error = f"fallback member {member!r} is broken: {target.error}"
+            if error is not None:
+                break
+        if error is not None:
+            definitions[name] = AgentDefinition(name, definition.kind, entry, error=error)
+
+
+def parse_dispatch_agents(config: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> DispatchAgents:
+    """The block of a parsed config file. No block: no agents. A block that is not a table: ``AgentConfigError``."""
+    block = config.get(BLOCK)
+    if block is None:
+        return DispatchAgents()
+    if not isinstance(block, Mapping):
+        raise AgentConfigError(f"{BLOCK!r} must be a table of NAME → {{kind = …}}")
+    definitions: dict[str, AgentDefinition] = {}
+    for raw_name in sorted(block, key=str):
+        name = str(raw_name)
+        if not re.match(NAME_PATTERN, name):
+            definitions[name] = AgentDefinition(name, "unknown", error=f"invalid agent name (rule {NAME_PATTERN})")
+            continue
+        definitions[name] = _definition(name, block[raw_name], env)
+    _check_members(definitions)
+    return DispatchAgents(definitions)

@@ -1,0 +1,64 @@
+"""A run's journal as a stream: SSE while it runs (resumable with Last-Event-ID on any instance), or the package's
+JSONL. Readers wait on the notifier and always re-read the rows: a wake-up only says "look"."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import anyio
+
+from muster_api.dispatch.worker import UNSHARED_POLL_SECONDS
+from muster_dispatch import Observation
+from muster_dispatch.journal import to_jsonl
+
+if TYPE_CHECKING:
+    from muster_api.dispatch.component import DispatchState
+
+KEEPALIVE_SECONDS = 15.0
+
+
+def sse_event(observation: Observation) -> str:
+    kind = str(observation.event.get("type", "raw"))
+    data = json.dumps(observation.to_dict(), ensure_ascii=False)
+    return f"id: {observation.seq}\nevent: {kind}\ndata: {data}\n\n"
+
+
+async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIterator[str]:
+    """Every event after ``after``, then the final ``result`` event carrying the run, then the end."""
+    wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
+    yield "retry: 1000\n\n"
+    async with state.notifier.subscribe(run_id) as sub:
+        while True:
+            batch = await state.store.events_after(run_id, after)
+            for observation in batch:
+                yield sse_event(observation)
+                after = observation.seq
+            if batch:
+                continue
+            run = await state.store.get(run_id)
+            if run is not None and run.finished:
+                # The worker flushed the journal before it stored the end: one more read sees every last event.
+                tail = await state.store.events_after(run_id, after)
+                for observation in tail:
+                    yield sse_event(observation)
+                if not tail:
+                    yield f"event: result\ndata: {run.model_dump_json()}\n\n"
+                    return
+                after = tail[-1].seq
+                continue
+            with anyio.move_on_after(wait) as waited:
+                await sub.wait()
+            if waited.cancelled_caught and state.notifier.shared:
+                yield ": keepalive\n\n"
+
+
+async def jsonl_lines(state: DispatchState, run_id: str) -> AsyncIterator[str]:
+    after = 0
+    while True:
+        batch = await state.store.events_after(run_id, after)
+        if not batch:
+            return
+        yield "".join(to_jsonl(o) + "\n" for o in batch)
+        after = batch[-1].seq

@@ -1,0 +1,62 @@
+"""A run's journal as rows: ``muster_dispatch.JournalSink`` on the database.
+
+``record`` runs once per decoded event inside the dispatch, so it only appends in memory and rings the flusher; the
+flusher writes whatever accumulated in one INSERT (and one NOTIFY), so a burst of events costs one round trip while
+a lone event leaves at once. ``flush`` returns once everything recorded is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+
+from muster_api.dispatch.store import Clock, SqlRunStore
+from muster_dispatch import Observation
+
+
+class SqlJournal:
+    def __init__(self, store: SqlRunStore, run_id: str, clock: Clock, stored: list[Observation] | None = None) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.clock = clock
+        self._observations: list[Observation] = list(stored or [])
+        self._seq = self._observations[-1].seq if self._observations else 0
+        self._pending: list[Observation] = []
+        self._lock = anyio.Lock()
+        self._ring = anyio.Event()
+
+    @classmethod
+    async def open(cls, store: SqlRunStore, run_id: str, clock: Clock) -> SqlJournal:
+        stored: list[Observation] = []
+        while True:
+            batch = await store.events_after(run_id, stored[-1].seq if stored else 0)
+            if not batch:
+                return cls(store, run_id, clock, stored)
+            stored.extend(batch)
+
+    def record(self, source: str, scope: dict[str, Any], event: dict[str, Any]) -> Observation:
+        self._seq += 1
+        observation = Observation(self._seq, self.clock().isoformat(), source, scope, event)
+        self._observations.append(observation)
+        self._pending.append(observation)
+        self._ring.set()
+        return observation
+
+    def observations(self) -> list[Observation]:
+        return list(self._observations)
+
+    async def flush(self) -> None:
+        async with self._lock:  # batches leave in sequence order
+            batch, self._pending = self._pending, []
+            if batch:
+                # Taken out of the pending list: a cancellation (the run ends) must not drop it half-written.
+                with anyio.CancelScope(shield=True):
+                    await self.store.append_events(self.run_id, batch)
+
+    async def keep_flushing(self) -> None:
+        """Write each burst of events as it comes, until cancelled (the caller flushes once more afterwards)."""
+        while True:
+            await self._ring.wait()
+            self._ring = anyio.Event()
+            await self.flush()

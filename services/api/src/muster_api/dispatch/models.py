@@ -1,0 +1,126 @@
+"""The REST shapes of runs: what a client sends (strict, bounded) and what it reads back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from muster_api.dispatch.config import NAME_PATTERN
+
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"]
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled", "interrupted"})
+ACTIVE: frozenset[str] = frozenset({"queued", "running"})
+
+ID_PATTERN = r"^[0-9a-f]{32}$"
+CONVERSATION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+MAX_PROMPT = 200_000
+MAX_DEADLINE_S = 24 * 3600.0
+MAX_PAGE = 200
+
+
+class ContinuationIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str | None = Field(default=None, pattern=ID_PATTERN, description="continue this run's conversation")
+    conversation: str | None = Field(default=None, pattern=CONVERSATION_PATTERN)
+    fork: bool = Field(default=False, strict=True)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ContinuationIn:
+        if (self.run_id is None) == (self.conversation is None):
+            raise ValueError("give exactly one of run_id and conversation")
+        return self
+
+
+class RunIn(BaseModel):
+    """A new turn (``agent``, ``prompt``, ``workspace``) or the replay of a stored run (``replay_of``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str | None = Field(default=None, pattern=NAME_PATTERN)
+    prompt: str | None = Field(default=None, min_length=1, max_length=MAX_PROMPT)
+    workspace: str | None = Field(default=None, min_length=1, max_length=255)
+    continuation: ContinuationIn | None = None
+    deadline_s: float | None = Field(default=None, gt=0, le=MAX_DEADLINE_S)
+    live_input: bool = Field(default=False, strict=True)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"^[\x21-\x7e]+$")
+    replay_of: str | None = Field(default=None, pattern=ID_PATTERN)
+    divergence: Literal["fail", "warn"] | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> RunIn:
+        if self.replay_of is not None:
+            if self.continuation is not None or self.live_input:
+                raise ValueError("a replay takes no continuation and no live_input")
+            return self
+        missing = [name for name in ("agent", "prompt", "workspace") if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} required (or replay_of)")
+        if self.divergence is not None:
+            raise ValueError("divergence goes with replay_of")
+        return self
+
+
+class SteerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_PROMPT)
+
+
+class Run(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    status: RunStatus
+    agent: str
+    prompt: str
+    workspace: str
+    continuation: dict[str, Any] | None = None
+    replay_of: str | None = None
+    divergence: str | None = None
+    live_input: bool = Field(default=False, strict=True)
+    deadline_s: float | None = None
+    idempotency_key: str | None = None
+    selected: str | None = None
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    text: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    conversation: str | None = None
+    queued_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    worker: str | None = None
+    lease_expires_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class RunPage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    runs: list[Run]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next (older) page; null on the last")
+
+
+class AgentOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    kind: str
+    harness: str | None = None
+    model: str | None = None
+    agents: list[str] | None = None
+    installed: bool
+    version: str | None = None
+    error: str | None = None
+
+
+class AgentsOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agents: list[AgentOut]

@@ -1,0 +1,257 @@
+"""SQL storage of runs: the runs themselves (claimed by workers with owner + lease), their controls, their journal
+rows and conversation snapshots. Every write that a reader or a worker waits for notifies the run's key in its own
+transaction (see notify.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, exists, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from muster_api.db.dialect import Dialect, dialect_of
+from muster_api.dispatch.models import ACTIVE, Run
+from muster_api.dispatch.notify import NEW_RUN, RunNotifier
+from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
+from muster_dispatch import Observation
+from muster_dispatch.conversations import check_key, checked_snapshot
+
+Clock = Callable[[], datetime]
+_REQUEST_FIELDS = ("continuation", "replay_of", "divergence", "live_input")
+
+
+def new_run_id() -> str:
+    """Time-ordered (48 bits of milliseconds, then 80 random bits), so that newest first is ``id DESC``."""
+    return f"{int(time.time() * 1000):012x}{os.urandom(10).hex()}"
+
+
+def run_of(row: Any) -> Run:
+    """A run from its row (a ``RowMapping`` or a dict of column values)."""
+    values = dict(row)
+    request = values.pop("request") or {}
+    values.pop("active_workspace", None)
+    values["attempts"] = values.get("attempts") or []
+    for name in _REQUEST_FIELDS:
+        values[name] = request.get(name)
+    values["live_input"] = bool(values["live_input"])
+    return Run.model_validate(values)
+
+
+class SqlRunStore:
+    def __init__(self, engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> None:
+        self.engine = engine
+        self.notifier = notifier
+        self.dialect = dialect or dialect_of(engine)
+
+    # -- runs ---------------------------------------------------------------------------------------------------
+
+    async def create(self, values: dict[str, Any]) -> Run:
+        """Insert a queued run; ``IntegrityError`` when its idempotency key or its workspace is taken."""
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(runs).values(values))
+            await self.notifier.in_transaction(conn, [NEW_RUN])
+        self.notifier.fire([NEW_RUN])
+        return run_of(values)
+
+    async def get(self, run_id: str) -> Run | None:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().first()
+        return run_of(row) if row is not None else None
+
+    async def by_key(self, key: str) -> tuple[Run, dict[str, Any]] | None:
+        query = select(runs).where(runs.c.idempotency_key == key)
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(query)).mappings().first()
+        return (run_of(row), dict(row)) if row is not None else None
+
+    async def active_on(self, workspace: str) -> str | None:
+        query = select(runs.c.id).where(runs.c.active_workspace == workspace)
+        async with self.engine.connect() as conn:
+            return (await conn.execute(query)).scalar()
+
+    async def page(self, *, agent: str | None, status: str | None, before: str | None, limit: int) -> list[Run]:
+        query = select(runs).order_by(runs.c.id.desc()).limit(limit)
+        if agent is not None:
+            query = query.where(runs.c.agent == agent)
+        if status is not None:
+            query = query.where(runs.c.status == status)
+        if before is not None:
+            query = query.where(runs.c.id < before)
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).mappings().all()
+        return [run_of(row) for row in rows]
+
+    async def claim(self, owner: str, now: datetime, until: datetime) -> Run | None:
+        """The oldest queued run, now running under ``owner`` until ``until``; None when none is queued."""
+        candidate = select(runs.c.id).where(runs.c.status == "queued").order_by(runs.c.id).limit(1)
+        async with self.engine.begin() as conn:
+            run_id = (await conn.execute(self.dialect.lock_claimable(candidate))).scalar()
+            if run_id is None:
+                return None
+            stmt = (
+                update(runs)
+                .where(runs.c.id == run_id, runs.c.status == "queued")
+                .values(status="running", worker=owner, started_at=now, lease_expires_at=until)
+                .returning(*runs.columns)
+            )
+            row = (await conn.execute(stmt)).mappings().first()
+            if row is not None:
+                await self.notifier.in_transaction(conn, [run_id])
+        if row is None:
+            return None
+        self.notifier.fire([run_id])
+        return run_of(row)
+
+    async def renew(self, run_id: str, owner: str, until: datetime) -> bool:
+        stmt = (
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.worker == owner, runs.c.status == "running")
+            .values(lease_expires_at=until)
+        )
+        async with self.engine.begin() as conn:
+            return (await conn.execute(stmt)).rowcount == 1
+
+    async def finish(self, run_id: str, owner: str, values: dict[str, Any]) -> bool:
+        """Record the outcome of a run this owner still holds; False when it was taken from it (interrupted)."""
+        stmt = (
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.worker == owner, runs.c.status == "running")
+            .values(**values, active_workspace=None, lease_expires_at=None)
+        )
+        return await self._write_and_wake(stmt, [run_id])
+
+    async def cancel_queued(self, run_id: str, now: datetime) -> bool:
+        stmt = (
+            update(runs)
+            .where(runs.c.id == run_id, runs.c.status == "queued")
+            .values(
+                status="cancelled",
+                finished_at=now,
+                active_workspace=None,
+                error={"code": "aborted", "message": "cancelled before it started", "details": {}},
+            )
+        )
+        return await self._write_and_wake(stmt, [run_id])
+
+    async def interrupt_lapsed(self, now: datetime) -> list[str]:
+        """Runs whose worker stopped renewing its lease: interrupted, their journal kept as it is."""
+        error = {"code": "interrupted", "message": "the worker executing the run stopped renewing its lease"}
+        lapsed = select(runs.c.id).where(runs.c.status == "running", runs.c.lease_expires_at < now)
+        async with self.engine.begin() as conn:
+            ids = list((await conn.execute(self.dialect.lock_claimable(lapsed))).scalars())
+            if not ids:
+                return []
+            stmt = (
+                update(runs)
+                .where(runs.c.id.in_(ids), runs.c.status == "running", runs.c.lease_expires_at < now)
+                .values(status="interrupted", finished_at=now, active_workspace=None, error={**error, "details": {}})
+                .returning(runs.c.id)
+            )
+            done = list((await conn.execute(stmt)).scalars())
+            await self.notifier.in_transaction(conn, done)
+        self.notifier.fire(done)
+        return done
+
+    async def _write_and_wake(self, stmt: Any, keys: list[str]) -> bool:
+        async with self.engine.begin() as conn:
+            changed = (await conn.execute(stmt)).rowcount == 1
+            if changed:
+                await self.notifier.in_transaction(conn, keys)
+        if changed:
+            self.notifier.fire(keys)
+        return changed
+
+    # -- controls -----------------------------------------------------------------------------------------------
+
+    async def add_control(self, run_id: str, kind: str, text: str | None, now: datetime) -> Run | None:
+        """Queue a steer or cancel for the run's worker; the run as it was, or None when it is unknown."""
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().first()
+            if row is None:
+                return None
+            if row["status"] in ACTIVE:
+                await conn.execute(insert(controls).values(run_id=run_id, kind=kind, text=text, created_at=now))
+                await self.notifier.in_transaction(conn, [run_id])
+        if row["status"] in ACTIVE:
+            self.notifier.fire([run_id])
+        return run_of(row)
+
+    async def controls_after(self, run_id: str, after: int) -> list[tuple[int, str, str | None]]:
+        query = (
+            select(controls.c.id, controls.c.kind, controls.c.text)
+            .where(controls.c.run_id == run_id, controls.c.id > after)
+            .order_by(controls.c.id)
+        )
+        async with self.engine.connect() as conn:
+            return [(row.id, row.kind, row.text) for row in await conn.execute(query)]
+
+    # -- journal rows -------------------------------------------------------------------------------------------
+
+    async def append_events(self, run_id: str, batch: list[Observation]) -> None:
+        rows = [
+            {"run_id": run_id, "seq": o.seq, "at": o.at, "source": o.source, "scope": o.scope, "event": o.event}
+            for o in batch
+        ]
+        async with self.engine.begin() as conn:
+            await conn.execute(insert(events), rows)
+            await self.notifier.in_transaction(conn, [run_id])
+        self.notifier.fire([run_id])
+
+    async def events_after(self, run_id: str, after: int, limit: int = 1000) -> list[Observation]:
+        query = (
+            select(events.c.seq, events.c.at, events.c.source, events.c.scope, events.c.event)
+            .where(events.c.run_id == run_id, events.c.seq > after)
+            .order_by(events.c.seq)
+            .limit(limit)
+        )
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [Observation(row.seq, row.at, row.source, row.scope, row.event) for row in rows]
+
+    async def event_count(self, run_id: str) -> int:
+        query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
+        async with self.engine.connect() as conn:
+            return int((await conn.execute(query)).scalar() or 0)
+
+
+class SqlConversationStore:
+    """``muster_dispatch.ConversationStore`` on the database: a capture replaces the whole snapshot at once."""
+
+    def __init__(self, engine: AsyncEngine, clock: Clock) -> None:
+        self.engine = engine
+        self.clock = clock
+
+    async def capture(self, harness: str, conversation: str, files: Mapping[str, bytes]) -> None:
+        snapshot = checked_snapshot(harness, conversation, files)
+        key = (conversation_files.c.harness == harness) & (conversation_files.c.conversation == conversation)
+        async with self.engine.begin() as conn:
+            await conn.execute(delete(conversation_files).where(key))
+            await conn.execute(
+                delete(conversations).where(
+                    (conversations.c.harness == harness) & (conversations.c.conversation == conversation)
+                )
+            )
+            await conn.execute(
+                insert(conversations).values(harness=harness, conversation=conversation, captured_at=self.clock())
+            )
+            if snapshot:
+                rows = [
+                    {"harness": harness, "conversation": conversation, "path": path, "content": content}
+                    for path, content in snapshot.items()
+                ]
+                await conn.execute(insert(conversation_files), rows)
+
+    async def restore(self, harness: str, conversation: str) -> dict[str, bytes] | None:
+        check_key(harness, conversation)
+        known = exists().where((conversations.c.harness == harness) & (conversations.c.conversation == conversation))
+        query = select(conversation_files.c.path, conversation_files.c.content).where(
+            (conversation_files.c.harness == harness) & (conversation_files.c.conversation == conversation)
+        )
+        async with self.engine.connect() as conn:
+            if not (await conn.execute(select(known))).scalar():
+                return None
+            return {row.path: bytes(row.content) for row in await conn.execute(query)}

@@ -1,0 +1,191 @@
+"""Workers: claim a queued run, execute it through ``muster_dispatch.dispatch`` and store its outcome.
+
+While a run executes, its worker renews the lease, flushes the journal as events come, and follows the run's
+controls (steer, cancel) wherever they were posted: the notifier wakes it, the controls are rows. A worker that
+loses its lease (another process saw it lapse and interrupted the run) cancels the dispatch and stores nothing more.
+A worker shut down mid-run cancels the dispatch (no CLI left behind) and marks the run interrupted at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from muster_api.dispatch.errors import RunRequestError
+from muster_api.dispatch.journal import SqlJournal
+from muster_api.dispatch.models import Run
+from muster_api.dispatch.notify import NEW_RUN
+from muster_api.dispatch.workspaces import resolve_workspace
+from muster_dispatch import (
+    AgentEvent,
+    AgentInput,
+    Continuation,
+    Dispatch,
+    DispatchError,
+    TurnResult,
+    dispatch,
+    replay_agent,
+)
+from muster_dispatch.agents import DispatchAgent
+
+if TYPE_CHECKING:
+    from muster_api.dispatch.component import DispatchState
+
+log = logging.getLogger("muster.dispatch.worker")
+
+STATUS = {"completed": "completed", "failed": "failed", "canceled": "cancelled"}
+# Without LISTEN/NOTIFY (SQLite) a write by another process wakes nobody: waiters look again this often.
+UNSHARED_POLL_SECONDS = 0.5
+
+
+def _json(value: Any) -> Any:
+    """JSON-ready (error details are free-form)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def idle_wait(state: DispatchState) -> float:
+    return state.settings.renew_every if state.notifier.shared else UNSHARED_POLL_SECONDS
+
+
+def shielded() -> anyio.CancelScope:
+    """Around one database call of a worker: a shutdown waits for the call instead of tearing a connection down
+    in the middle of it (aiosqlite then leaves a close pending that the loop cannot finish)."""
+    return anyio.CancelScope(shield=True)
+
+
+async def work_forever(state: DispatchState, owner: str) -> None:
+    while True:
+        try:
+            async with state.notifier.subscribe(NEW_RUN) as sub:
+                now = state.runtime.now()
+                with shielded():
+                    run = await state.store.claim(owner, now, now + state.lease)
+                if run is None:
+                    with anyio.move_on_after(idle_wait(state)):
+                        await sub.wait()
+                    continue
+            await execute(state, run, owner)
+        except Exception:  # a database hiccup must not end the worker: the next claim retries
+            log.exception("dispatch worker %s failed; retrying", owner)
+            await anyio.sleep(idle_wait(state))
+
+
+async def sweep_forever(state: DispatchState) -> None:
+    while True:
+        await anyio.sleep(state.settings.renew_every)
+        try:
+            with shielded():
+                lapsed = await state.store.interrupt_lapsed(state.runtime.now())
+            for run_id in lapsed:
+                log.warning("run %s interrupted: its worker stopped renewing the lease", run_id)
+        except Exception:
+            log.exception("dispatch sweep failed; retrying")
+
+
+async def _prepare(state: DispatchState, run: Run) -> tuple[DispatchAgent, AgentInput, Path]:
+    workspace = resolve_workspace(state.settings.workspaces_root, run.workspace)
+    if run.replay_of is not None:
+        source = await SqlJournal.open(state.store, run.replay_of, state.runtime.now)
+        replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
+        return replay, AgentInput(run.prompt), workspace
+    agent = state.agents.build(run.agent, state.conversations)
+    continuation = None
+    if run.continuation is not None:
+        continuation = Continuation(str(run.continuation["conversation"]), bool(run.continuation.get("fork")))
+    return agent, AgentInput(run.prompt, continuation, run.live_input), workspace
+
+
+def outcome(result: TurnResult, finished_at: Any) -> dict[str, Any]:
+    return {
+        "status": STATUS[result.status],
+        "finished_at": finished_at,
+        "selected": result.selected,
+        "attempts": _json([a.to_dict() for a in result.attempts]),
+        "text": result.text,
+        "usage": _json(result.usage.to_dict()),
+        "error": _json(result.error.to_dict()) if result.error else None,
+        "conversation": result.conversation,
+    }
+
+
+def failed(error: DispatchError | RunRequestError, finished_at: Any) -> dict[str, Any]:
+    body = error.to_dict() if isinstance(error, DispatchError) else {"code": "configuration", "message": str(error)}
+    return {"status": "failed", "finished_at": finished_at, "error": _json({"details": {}, **body})}
+
+
+async def execute(state: DispatchState, run: Run, owner: str) -> None:
+    store, now = state.store, state.runtime.now
+    journal = SqlJournal(store, run.id, now)
+    try:
+        with shielded():
+            agent, input, workspace = await _prepare(state, run)
+        running = dispatch(
+            agent, input, workspace=workspace, provider=state.provider, deadline=run.deadline_s, journal=journal
+        )
+    except (DispatchError, RunRequestError) as exc:
+        with shielded():
+            await store.finish(run.id, owner, failed(exc, now()))
+        return
+    values: dict[str, Any] | None = None
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(journal.keep_flushing)
+            group.start_soon(_follow_controls, state, run, running, journal)
+            group.start_soon(_keep_lease, state, run, owner, running)
+            try:
+                values = outcome(await running.result(), now())
+            except DispatchError as exc:  # a replay that diverged or ran out
+                values = failed(exc, now())
+            group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            if values is None:  # shut down mid-run: nothing may keep running, and nobody will finish it later
+                await running.cancel()
+                error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
+                values = {"status": "interrupted", "finished_at": now(), "error": error}
+            await journal.flush()
+            if not await store.finish(run.id, owner, values):
+                log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
+
+
+async def _keep_lease(state: DispatchState, run: Run, owner: str, running: Dispatch) -> None:
+    while True:
+        await anyio.sleep(state.settings.renew_every)
+        try:
+            with shielded():
+                kept = await state.store.renew(run.id, owner, state.runtime.now() + state.lease)
+        except Exception:
+            log.exception("lease renewal of run %s failed; retrying", run.id)
+            continue
+        if not kept:
+            log.warning("run %s: lease lost (interrupted elsewhere); cancelling it here", run.id)
+            await running.cancel()
+            return
+
+
+async def _follow_controls(state: DispatchState, run: Run, running: Dispatch, journal: SqlJournal) -> None:
+    seen = 0
+    async with state.notifier.subscribe(run.id) as sub:
+        while True:
+            with shielded():
+                pending = await state.store.controls_after(run.id, seen)
+            for control_id, kind, text in pending:
+                seen = control_id
+                await _apply(kind, text, running, journal)
+            with anyio.move_on_after(idle_wait(state)):
+                await sub.wait()
+
+
+async def _apply(kind: str, text: str | None, running: Dispatch, journal: SqlJournal) -> None:
+    if kind == "cancel":
+        await running.cancel()
+        return
+    try:
+        await running.steer(text or "")
+    except DispatchError as exc:
+        warning = AgentEvent("warning", text=f"steering refused: {exc.message}", code="steering")
+        journal.record("harness", {"dispatch": running.id, "agent": running.agent.name}, warning.to_dict())

@@ -1,0 +1,47 @@
+"""Workspaces: names relative to ``MUSTER_WORKSPACES_ROOT``, confined to it, created when missing.
+
+Each refusal names its rule: ``absolute`` (a path from the file-system root), ``parent`` (a ``..`` part), ``pattern``
+(characters outside ``WORKSPACE_PATTERN``, empty or ``.`` parts), ``symlink_outside_root`` (an existing part is a
+symlink whose target leaves the root).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from muster_api.dispatch.errors import WorkspaceRefusedError
+
+WORKSPACE_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$"
+_PATTERN = re.compile(WORKSPACE_PATTERN)
+
+
+def _refuse(rule: str, message: str) -> WorkspaceRefusedError:
+    return WorkspaceRefusedError(f"workspace: {message}", field="workspace", rule=rule)
+
+
+def check_name(name: str) -> list[str]:
+    """The parts of a well-formed name; refuses what no file system state could make acceptable."""
+    if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name):
+        raise _refuse("absolute", "an absolute path is refused: give a name relative to the workspaces root")
+    parts = name.split("/")
+    if ".." in parts:
+        raise _refuse("parent", "'..' is refused: a workspace stays under the workspaces root")
+    if not _PATTERN.match(name):
+        raise _refuse("pattern", f"a workspace name matches {WORKSPACE_PATTERN}")
+    return parts
+
+
+def resolve_workspace(root: Path, name: str) -> Path:
+    """The workspace directory (created when missing), after every confinement rule held."""
+    parts = check_name(name)
+    base = root.resolve()
+    base.mkdir(parents=True, exist_ok=True)
+    target = base.joinpath(*parts)
+    if not target.resolve().is_relative_to(base):
+        raise _refuse("symlink_outside_root", "a symlink in the path leads outside the workspaces root")
+    target.mkdir(parents=True, exist_ok=True)
+    real = target.resolve()
+    if not real.is_relative_to(base):  # a symlink swapped in while the directories were made
+        raise _refuse("symlink_outside_root", "a symlink in the path leads outside the workspaces root")
+    return real

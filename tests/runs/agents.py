@@ -1,0 +1,32 @@
+"""Custom agents the run tests and the benchmark configure by entrypoint (``tests.runs.agents:NAME``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+
+from muster_dispatch import AgentEvent, AgentInput, CustomContext, Usage
+
+EVENTS = 20
+
+
+async def fast(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+    """Twenty events, then a final text: a short run."""
+    for index in range(EVENTS - 1):
+        yield AgentEvent("text_delta", text=f"{index} ")
+    yield AgentEvent("usage", usage=Usage(input=3, output=EVENTS))
+    yield AgentEvent("text", text=f"done: {input.prompt}")
+
+
+async def hold(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+    """Says it started, then waits until a file named by the prompt appears in the workspace (or it is stopped)."""
+    yield AgentEvent("text", text="started")
+    gate = context.workspace / input.prompt
+    while not gate.exists():
+        await anyio.sleep(0.02)
+    yield AgentEvent("text", text="released")
+
+
+async def broken(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+    yield AgentEvent("failure", text="quota hit", code="quota")
