@@ -146,3 +146,14 @@ def describe_database_error(exc: BaseException, url: str) -> str:
     if any(isinstance(e, OSError | TimeoutError) for e in _chain(exc)):
         return f"PostgreSQL at {host}:{port} is unreachable: start it, or point MUSTER_DATABASE_URL at a running server"
     return f"the database at {redact(url)} cannot be used ({type(exc).__name__}): check MUSTER_DATABASE_URL"
+
+
+async def check_config(settings: Settings) -> None:
+    """The config file (``MUSTER_CONFIG``) exists when named, parses, and its ``agents`` block is well formed."""
+    from muster_a2a import AgentConfigError
+    from muster_api.a2a.config import load_agents_block
+
+    try:
+        await load_agents_block(settings.config)
+    except AgentConfigError as exc:
+        raise ConfigurationError(f"MUSTER_CONFIG: {exc}") from None
