@@ -28,10 +28,10 @@ FANOUT_PER_MINUTE = 2
 
 
 @pytest.fixture(scope="module")
-def service(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def service(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A service that allows few fan-out sends, so that its 429 is reached in a few calls."""
     config = tmp_path_factory.mktemp("config")
-    with live_service(module_db_url, config, MUSTER_MESH_FANOUT_PER_MINUTE=str(FANOUT_PER_MINUTE)) as server:
+    with live_service(db_url, config, MUSTER_MESH_FANOUT_PER_MINUTE=str(FANOUT_PER_MINUTE)) as server:
         yield server
 
 
