@@ -66,7 +66,7 @@ def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> No
 
         with pytest.raises(NotFound) as tool:
             client.a2a_call("Nope_echo", "x")
-        assert tool.value.code == "not_found" and "Nope_echo" in tool.value.detail
+        assert tool.value.code == "unknown_tool" and "Nope_echo" in tool.value.detail
 
         for _ in range(FANOUT_PER_MINUTE):
             client.send("all hands", repo=f"{name}-nowhere", confirm=True)
