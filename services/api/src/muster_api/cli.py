@@ -1,4 +1,4 @@
-"""The ``muster`` command: serve, migrate, version."""
+"""The ``muster`` command: serve, migrate, version, worker, install."""
 
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(fn=_serve)
     sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)
     sub.add_parser("version", help="print the version").set_defaults(fn=_version)
+    from muster_api.dispatch import commands as dispatch_commands
+
+    dispatch_commands.register(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))
