@@ -48,13 +48,33 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         server.drop(url)
 
 
+DB_LEG = "db_leg"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Mark the report of a test that ran on a ``db_url`` leg with that leg (read by the summary below): the
+    parameter itself, not a test id that happens to contain "postgres"."""
+    report: pytest.TestReport = yield
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "db_url" in callspec.params:
+        report.user_properties.append((DB_LEG, callspec.params["db_url"]))
+    return report
+
+
+def database_leg(report: pytest.TestReport) -> str | None:
+    """The ``db_url`` leg a test ran on, None for a test that did not take the fixture."""
+    leg = dict(report.user_properties).get(DB_LEG)
+    return leg if isinstance(leg, str) else None
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int) -> None:
     """Say how many tests passed on each database, and fail a run that was required to use PostgreSQL but did not."""
     legs = {"sqlite": 0, "postgres": 0}
     for report in terminalreporter.stats.get("passed", []):
-        for leg in legs:
-            if f"[{leg}" in report.nodeid or f"-{leg}]" in report.nodeid or f"-{leg}-" in report.nodeid:
-                legs[leg] += 1
+        leg = database_leg(report)
+        if leg in legs:
+            legs[leg] += 1
     terminalreporter.write_line(f"database legs: sqlite {legs['sqlite']} passed, postgres {legs['postgres']} passed")
     others = {"browser": 0, "cli": 0}
     for report in terminalreporter.stats.get("passed", []):

@@ -29,7 +29,7 @@ from muster_api.settings import Settings
 
 def build(database_url: str) -> Any:
     settings = Settings(database_url=database_url, log_level="WARNING")
-    app = create_app(settings)
+    app = create_app(settings, freeze_after_start=True)
     engine = create_engine(settings.database_url)
     dialect = dialect_of(engine)
     serial: Any = anyio.Lock() if dialect.serial_writes else contextlib.nullcontext()

@@ -19,19 +19,22 @@ import httpx
 import pytest
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 
-from muster_api.a2a import component
 from muster_api.a2a.component import A2AState
 from muster_api.app import create_app
 from muster_api.db.engine import create_engine
 from muster_api.runtime import Runtime
-from muster_api.settings import Settings
+from muster_api.settings import A2ASettings, Settings
 from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.a2a.test_service import wait_for, write_config
 from tests.support.app import running
 
 pytestmark = pytest.mark.anyio
 
-LEASE = component.LEASE
+QUICK_LOOPS = A2ASettings(renew_seconds=0.05, scan_seconds=0.05)
+# Renewals and scans only when the test asks for them (deterministic races).
+NO_LOOPS = A2ASettings(renew_seconds=3600.0, scan_seconds=3600.0)
+LEASE = QUICK_LOOPS.lease
+assert NO_LOOPS.lease == LEASE
 
 
 class Clock:
@@ -49,7 +52,14 @@ class Clock:
 
 @asynccontextmanager
 async def instance(
-    db_url: str, tmp_path: Path, name: str, peer: Peer, clock: Clock, *, card: str | None = None
+    db_url: str,
+    tmp_path: Path,
+    name: str,
+    peer: Peer,
+    clock: Clock,
+    *,
+    card: str | None = None,
+    a2a: A2ASettings | None = None,
 ) -> AsyncIterator[tuple[httpx.AsyncClient, A2AState]]:
     """One service instance on ``db_url``; its requests to the agent carry ``X-Instance: <name>``."""
     config = write_config(
@@ -64,7 +74,7 @@ async def instance(
             }
         },
     )
-    settings = Settings(database_url=db_url, config=config)
+    settings = Settings(database_url=db_url, config=config, a2a=a2a or A2ASettings())
     app = create_app(runtime=Runtime(settings=settings, engine=create_engine(settings.database_url), now=clock))
     async with running(app) as client:
         yield client, app.state.a2a
@@ -88,25 +98,11 @@ def crash(state: A2AState) -> None:
     state.hand_over = nothing  # type: ignore[method-assign]
 
 
-@pytest.fixture
-def quick_loops(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(component, "RENEW_EVERY", 0.05)
-    monkeypatch.setattr(component, "SCAN_EVERY", 0.05)
-
-
-@pytest.fixture
-def no_loops(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Renewals and scans only when the test asks for them (deterministic races)."""
-    monkeypatch.setattr(component, "RENEW_EVERY", 3600.0)
-    monkeypatch.setattr(component, "SCAN_EVERY", 3600.0)
-
-
-@pytest.mark.usefixtures("quick_loops")
 async def test_one_instance_follows_and_another_takes_over_when_it_dies(db_url: str, tmp_path: Path) -> None:
     clock = Clock()
     async with a2a_peer("Shared") as peer:
-        async with instance(db_url, tmp_path, "b", peer, clock) as (b_client, b):
-            async with instance(db_url, tmp_path, "a", peer, clock) as (a_client, a):
+        async with instance(db_url, tmp_path, "b", peer, clock, a2a=QUICK_LOOPS) as (b_client, b):
+            async with instance(db_url, tmp_path, "a", peer, clock, a2a=QUICK_LOOPS) as (a_client, a):
                 started = await a_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 2", "wait": False})
                 call_id = started.json()["id"]
                 handle = await wait_for(a_client, call_id, until="handle")
@@ -133,18 +129,17 @@ async def test_one_instance_follows_and_another_takes_over_when_it_dies(db_url: 
         assert peer.executor.started.count(task_id) == 1, "resumed, never sent again"
 
 
-@pytest.mark.usefixtures("no_loops")
 async def test_exactly_one_of_two_racing_instances_claims_a_lapsed_call(db_url: str, tmp_path: Path) -> None:
     clock = Clock()
     async with a2a_peer("Shared") as peer:
-        async with instance(db_url, tmp_path, "x", peer, clock) as (x_client, x):
+        async with instance(db_url, tmp_path, "x", peer, clock, a2a=NO_LOOPS) as (x_client, x):
             started = await x_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 1.5", "wait": False})
             call_id = started.json()["id"]
             task_id = (await wait_for(x_client, call_id, until="handle"))["task_id"]
             crash(x)
         async with (
-            instance(db_url, tmp_path, "a", peer, clock) as (a_client, a),
-            instance(db_url, tmp_path, "b", peer, clock) as (_, b),
+            instance(db_url, tmp_path, "a", peer, clock, a2a=NO_LOOPS) as (a_client, a),
+            instance(db_url, tmp_path, "b", peer, clock, a2a=NO_LOOPS) as (_, b),
         ):
             assert (a.following, b.following) == (set(), set()), "start-up leaves a live lease alone"
             clock.advance(LEASE + timedelta(seconds=1))
@@ -165,13 +160,12 @@ async def test_exactly_one_of_two_racing_instances_claims_a_lapsed_call(db_url: 
             assert peer.get_tasks(task_id, x_instance=loser) == 0, "only the claimer follows the call"
 
 
-@pytest.mark.usefixtures("no_loops")
 async def test_a_holder_whose_call_was_taken_over_stops_following(db_url: str, tmp_path: Path) -> None:
     clock = Clock()
     async with (
         a2a_peer("Shared") as peer,
-        instance(db_url, tmp_path, "a", peer, clock) as (a_client, a),
-        instance(db_url, tmp_path, "b", peer, clock) as (b_client, b),
+        instance(db_url, tmp_path, "a", peer, clock, a2a=NO_LOOPS) as (a_client, a),
+        instance(db_url, tmp_path, "b", peer, clock, a2a=NO_LOOPS) as (b_client, b),
     ):
         answers: list[httpx.Response] = []
 
@@ -198,21 +192,20 @@ async def test_a_holder_whose_call_was_taken_over_stops_following(db_url: str, t
         assert peer.get_tasks(handle["task_id"], x_instance="b") >= 1
 
 
-@pytest.mark.usefixtures("no_loops")
 async def test_a_call_waiting_for_its_agent_stays_held_and_resumes_on_reload(db_url: str, tmp_path: Path) -> None:
     clock = Clock()
     card = "/.well-known/agent-card.json"
     async with a2a_peer("Shared") as peer, raw_peer() as front:
         front.json(card, agent_card_to_dict(peer.card))
-        async with instance(db_url, tmp_path, "x", peer, clock, card=front.base) as (x_client, _):
+        async with instance(db_url, tmp_path, "x", peer, clock, card=front.base, a2a=NO_LOOPS) as (x_client, _):
             started = await x_client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 1", "wait": False})
             call_id = started.json()["id"]
             task_id = (await wait_for(x_client, call_id, until="handle"))["task_id"]
         # x stopped cleanly and handed the call over; the agent's card is down when a and b start.
         front.text(card, "down for maintenance", status=503)
         async with (
-            instance(db_url, tmp_path, "a", peer, clock, card=front.base) as (a_client, a),
-            instance(db_url, tmp_path, "b", peer, clock, card=front.base) as (_, b),
+            instance(db_url, tmp_path, "a", peer, clock, card=front.base, a2a=NO_LOOPS) as (a_client, a),
+            instance(db_url, tmp_path, "b", peer, clock, card=front.base, a2a=NO_LOOPS) as (_, b),
         ):
             await until(lambda: call_id in a.parked)
             waiting = (await a_client.get(f"/a2a/calls/{call_id}")).json()

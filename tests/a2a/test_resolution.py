@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from muster_a2a import CardCache, load_agents, remote_agent
+from muster_a2a.origins import credentials_allowed
 from tests.a2a.peers import a2a_peer, raw_peer
 from tests.support.net import free_port
 
@@ -148,6 +150,47 @@ async def test_credentials_stay_on_the_configured_origin() -> None:
     untrusted_call, trusted_call = [h for path, h in other.seen if path == "/rpc"]
     assert "authorization" not in untrusted_call and "x-api-key" not in untrusted_call
     assert trusted_call.get("authorization") == "Bearer s3cret" and trusted_call.get("x-api-key") == "k3y"
+
+
+async def test_credentials_stay_off_the_same_host_on_another_port() -> None:
+    # Same host, another port: another origin (another process, perhaps another owner) gets no credentials.
+    async with raw_peer() as card_host, raw_peer() as other_port:
+        assert httpx.URL(card_host.base).host == httpx.URL(other_port.base).host
+        card_host.json(CARD, v1_card("Porter", other_port.base + "/rpc"))
+
+        async def rpc(request: Request) -> Response:
+            body = await request.json()
+            return JSONResponse(
+                {
+                    "jsonrpc": "2.0",
+                    "id": body["id"],
+                    "result": {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "hello"}]}},
+                }
+            )
+
+        other_port.routes["/rpc"] = rpc
+        secret = {"Authorization": "Bearer s3cret"}
+        agent = await remote_agent(card_host.base, headers=secret, card_cache=CardCache())
+        assert agent.sends_credentials is False
+        assert (await agent.tools[0].call("hi")).text == "hello"
+    (call,) = [h for path, h in other_port.seen if path == "/rpc"]
+    assert "authorization" not in call
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://agents.example/rpc", True),
+        ("https://agents.example:443/other", True),
+        ("https://AGENTS.example/rpc", True),
+        ("http://agents.example/rpc", False),  # same host, another scheme
+        ("http://agents.example:443/rpc", False),  # same host and port, another scheme
+        ("https://agents.example:8443/rpc", False),  # same host, another port
+        ("https://other.example/rpc", False),
+    ],
+)
+def test_credentials_compare_scheme_host_and_port(url: str, allowed: bool) -> None:
+    assert credentials_allowed(url, "https://agents.example/.well-known/agent-card.json", []) is allowed
 
 
 async def test_credentials_go_to_the_same_origin_endpoint() -> None:

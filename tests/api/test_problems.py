@@ -89,7 +89,7 @@ async def test_api_key_guard(tmp_path: object) -> None:
             for path in ("/healthz", "/readyz"):
                 assert (await client.request(method, path)).status_code == 200, (method, path)
         # The API's description is part of the API: it needs a key too.
-        for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect", "/mesh/agents"):
+        for path in ("/docs", "/openapi.json", "/mesh/agents"):
             assert (await client.get(path)).status_code == 401, path
             assert (await client.get(path, headers={"X-API-Key": "k-one"})).status_code == 200, path
         # Open paths are open to reading only.

@@ -3,10 +3,13 @@ ServiceUnreachable."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from muster_client import (
     ApiError,
+    CheckinRecord,
     Conflict,
     InvalidRequest,
     MusterClient,
@@ -14,11 +17,22 @@ from muster_client import (
     NotFound,
     PayloadTooLarge,
     ServiceUnreachable,
+    TooManyRequests,
     Unauthorized,
 )
-from tests.client.support import API_KEY
+from tests.client.support import API_KEY, live_service
 from tests.mesh.support import ServerProcess
 from tests.support.net import free_port
+
+FANOUT_PER_MINUTE = 2
+
+
+@pytest.fixture(scope="module")
+def service(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A service that allows few fan-out sends, so that its 429 is reached in a few calls."""
+    config = tmp_path_factory.mktemp("config")
+    with live_service(module_db_url, config, MUSTER_MESH_FANOUT_PER_MINUTE=str(FANOUT_PER_MINUTE)) as server:
+        yield server
 
 
 def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> None:
@@ -54,6 +68,12 @@ def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> No
             client.a2a_call("Nope_echo", "x")
         assert tool.value.code == "not_found" and "Nope_echo" in tool.value.detail
 
+        for _ in range(FANOUT_PER_MINUTE):
+            client.send("all hands", repo=f"{name}-nowhere", confirm=True)
+        with pytest.raises(TooManyRequests) as limited:
+            client.send("all hands", repo=f"{name}-nowhere", confirm=True)
+        assert limited.value.code == "rate_limited" and limited.value.retry_after and limited.value.retry_after >= 1
+
     with MusterClient(service.base_url) as keyless, pytest.raises(Unauthorized) as guarded:
         keyless.agents()
     assert "X-API-Key" in guarded.value.detail
@@ -64,3 +84,20 @@ def test_a_service_that_is_not_there() -> None:
     with MusterClient(url, timeout=5) as client, pytest.raises(ServiceUnreachable) as down:
         client.agents()
     assert down.value.url == url and str(down.value).startswith(f"the Muster service at {url} is not reachable")
+
+
+def test_takeover_supersedes_the_lost_token(service: ServerProcess, name: str) -> None:
+    with (
+        MusterClient(service.base_url, api_key=API_KEY) as first,
+        MusterClient(service.base_url, api_key=API_KEY) as second,
+    ):
+        first.checkin(name, status="working", confirm=True)
+        with pytest.raises(Unauthorized) as in_use:
+            second.checkin(name, confirm=True)
+        assert in_use.value.code == "agent_id_in_use"
+        taken = second.checkin(name, takeover=True, confirm=True)
+        assert isinstance(taken, CheckinRecord) and taken.token and second.token == taken.token
+        assert taken.status == "working", "the fields carry over"
+        with pytest.raises(Unauthorized) as old:
+            first.inbox()
+        assert old.value.code == "superseded"

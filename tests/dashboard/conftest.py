@@ -36,7 +36,9 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(os.environ.get("MUSTER_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread while it is open, and
+# anyio cannot run the async tests of other modules under it.
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
     if not CHROMIUM.exists():
         if os.environ.get("MUSTER_REQUIRE_BROWSER", "") not in ("", "0"):
@@ -46,7 +48,7 @@ def playwright() -> Iterator[Playwright]:
         yield p
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
     yield browser
@@ -105,6 +107,7 @@ class LiveApp:
     base_url: str
     clock: FakeClock
     http: httpx.Client
+    db_url: str
 
     def checkin(self, agent_id: str, token: str | None = None, **fields: Any) -> str | None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -140,7 +143,7 @@ def live(db_url: str, tmp_path: Path) -> Iterator[Any]:
         headers = {"X-API-Key": settings["api_keys"][0]} if settings.get("api_keys") else {}
         http = httpx.Client(base_url=base_url, headers=headers, timeout=30)
         stack.append(http)
-        return LiveApp(base_url, clock, http)
+        return LiveApp(base_url, clock, http, db_url)
 
     yield start
     for item in reversed(stack):

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anyio.from_thread import start_blocking_portal
 from playwright.sync_api import expect
 
+from tests.a2a.peers import a2a_peer
 from tests.dashboard.conftest import artifact_name
 from tests.support.net import free_port
+from tests.support.rows import store_status
 
 pytestmark = pytest.mark.browser
 
@@ -114,7 +117,9 @@ def test_agent_supplied_strings_are_shown_as_text_and_run_nothing(
     markup = "<img src=x onerror=alert(1)>"
     repo = "<b>bold</b><script>alert(2)</script>"
     app.checkin("mallory", role="attacker", repo=repo, status=markup)
-    app.checkin("painter", status="\x1b[31mred\x1b[0m and \u202eevil\u202c \x1b]8;;http://x\x07link\x1b]8;;\x07")
+    app.checkin("painter", status="harmless")
+    # The API refuses control characters in a status now; a row stored before that rule still reaches the page.
+    store_status(app.db_url, "painter", "\x1b[31mred\x1b[0m and \u202eevil\u202c \x1b]8;;http://x\x07link\x1b]8;;\x07")
     w = watch(app.base_url)
     w.page.goto(app.base_url + "/")
     expect(w.row("mallory").locator(".status-text")).to_have_text(markup)
@@ -154,16 +159,25 @@ def test_the_api_key_is_asked_for_and_kept_in_the_session(live: Any, watch: Any)
     expect(w.page.locator("#key-form")).to_be_hidden()
 
 
-def test_remote_agents_show_their_status_and_last_error(live: Any, watch: Any, tmp_path: Path) -> None:
-    (tmp_path / "muster.toml").write_text(f'[agents.offline]\ncard = "http://127.0.0.1:{free_port()}"\n')
-    app = live()
-    w = watch(app.base_url)
-    w.page.goto(app.base_url + "/")
-    row = w.page.locator("#a2a tbody tr")
-    expect(row).to_have_count(1, timeout=WITHIN)
-    expect(row.locator("td").nth(0)).to_have_text("offline")
-    expect(row.locator("td").nth(1)).to_have_text("error")
-    expect(row.locator("td.error")).not_to_be_empty()
+def test_remote_agents_show_their_status_tools_and_last_error(live: Any, watch: Any, tmp_path: Path) -> None:
+    # The a2a-sdk peer is async: it runs on a portal's event loop beside Playwright's.
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(a2a_peer("Alpha")) as alpha:
+        (tmp_path / "muster.toml").write_text(
+            f'[agents.alpha]\ncard = "{alpha.base}"\n\n[agents.offline]\ncard = "http://127.0.0.1:{free_port()}"\n'
+        )
+        app = live()
+        w = watch(app.base_url)
+        w.page.goto(app.base_url + "/")
+        rows = w.page.locator("#a2a tbody tr")
+        expect(rows).to_have_count(2, timeout=WITHIN)
+        ok, failing = rows.nth(0), rows.nth(1)
+        expect(ok.locator("td").nth(0)).to_have_text("alpha")
+        expect(ok.locator("td").nth(1)).to_have_text("ok")
+        expect(ok.locator("td").nth(2)).not_to_be_empty()  # the dialect it was reached through
+        expect(ok.locator("td.caps")).to_have_text("Alpha_echo")
+        expect(failing.locator("td").nth(0)).to_have_text("offline")
+        expect(failing.locator("td").nth(1)).to_have_text("error")
+        expect(failing.locator("td.error")).not_to_be_empty()
 
 
 def test_the_api_docs_render_from_local_assets(live: Any, watch: Any, request: pytest.FixtureRequest) -> None:

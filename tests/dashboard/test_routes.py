@@ -105,8 +105,9 @@ async def test_pages_and_assets_are_local(db_url: str) -> None:
 
 async def test_with_api_keys_the_pages_open_and_the_data_does_not(db_url: str) -> None:
     async with mesh_app(db_url, api_keys=["sekret-key"]) as client:
-        for open_path in ("/", "/ui/dashboard.js", "/docs", "/ui/swagger/swagger-ui.css"):
+        for open_path in ("/", "/ui/dashboard.js", "/ui/swagger/swagger-ui.css"):
             assert (await client.get(open_path)).status_code == 200, open_path
-        for closed in ("/mesh/agents", "/mesh/backlog", "/a2a/agents"):
+            assert (await client.post(open_path)).status_code == 401, open_path  # reading only
+        for closed in ("/mesh/agents", "/mesh/backlog", "/a2a/agents", "/docs", "/openapi.json"):
             assert (await client.get(closed)).status_code == 401, closed
             assert (await client.get(closed, headers={"X-API-Key": "sekret-key"})).status_code == 200, closed

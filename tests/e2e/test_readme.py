@@ -70,6 +70,19 @@ def test_the_curl_tour_shows_the_message_arriving(service: str, tmp_path: Path) 
     assert re.search(r'"from":"builder","body":"PR #12 is ready"', out), out
 
 
+def test_the_muster_tour_shows_the_message_arriving(service: str, tmp_path: Path) -> None:
+    out = paste("\n".join(shell_blocks("### The mesh with `muster`")), service, tmp_path)
+    assert "checked in as reviewer" in out and "checked in as builder" in out
+    assert re.search(r"^builder\s+builder\s+muster\s+merge\s+writing the store", out, re.M), out
+    assert re.search(r"#1 from builder", out) and "  PR #12 is ready" in out
+    assert "checked out builder" in out and "checked out reviewer" in out
+
+
+def test_muster_is_on_the_path_as_the_readme_says(tmp_path: Path) -> None:
+    out = paste("\n".join(shell_blocks("## `muster` on your PATH")), "http://127.0.0.1:9", tmp_path)
+    assert out.strip().splitlines()[-1].startswith("muster ")
+
+
 def test_links_to_repository_files_exist() -> None:
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         if "://" not in target:

@@ -9,7 +9,7 @@ import asyncpg
 import httpx
 import pytest
 
-from muster_api.mesh.notify import PgNotifier
+from muster_api.db.notify import PgNotifier
 from tests.mesh.support import auth, join, mesh_app, server_process
 from tests.support.databases import PostgresServer
 

@@ -94,22 +94,31 @@ async def test_previews_change_nothing(db_url: str) -> None:
     async with mesh_app(db_url, clock) as client:
         alice = await join(client, "alice", status="idle")
         bob = await join(client, "bob", role="qa")
-        clock.advance(30)
-        before = (await client.get("/mesh/agents")).json()
-        checkin = await client.post("/mesh/checkin", json={"agent_id": "alice", "status": "busy"}, headers=auth(alice))
-        assert checkin.json()["preview"] is True and checkin.json()["action"] == "renew"
-        assert checkin.json()["agent"]["status"] == "busy"
-        send = await client.post("/mesh/messages", json={"role": "qa", "body": "x"}, headers=auth(alice))
-        assert send.json() == {"preview": True, "action": "send", "recipients": ["bob"]}
         await client.post("/mesh/messages", json={"to": "bob", "body": "real", "confirm": True}, headers=auth(alice))
         clock.advance(30)
-        before = (await client.get("/mesh/agents")).json()
-        ack = await client.post("/mesh/inbox/ack", json={"cursor": 1}, headers=auth(bob))
-        assert ack.json() == {"preview": True, "action": "ack", "cursor": 1}
-        out = await client.post("/mesh/checkout", json={}, headers=auth(bob))
-        assert out.json()["preview"] is True and out.json()["action"] == "checkout"
-        assert (await client.get("/mesh/agents")).json() == before, "no lease, status or roster change"
-        assert len((await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"]) == 1, "cursor unmoved"
+
+        async def roster() -> Any:
+            # Without a token: reading the roster renews nobody.
+            return (await client.get("/mesh/agents?include_expired=true")).json()
+
+        previews: list[tuple[str, dict[str, Any], str | None, dict[str, Any]]] = [
+            ("/mesh/checkin", {"agent_id": "alice", "status": "busy"}, alice, {"action": "renew"}),
+            ("/mesh/checkin", {"agent_id": "carol", "role": "qa"}, None, {"action": "create"}),
+            ("/mesh/checkin", {"agent_id": "bob", "takeover": True}, None, {"action": "takeover"}),
+            ("/mesh/messages", {"role": "qa", "body": "x"}, alice, {"recipients": ["bob"]}),
+            ("/mesh/messages", {"to": "bob", "body": "x"}, alice, {"recipients": ["bob"]}),
+            ("/mesh/inbox/ack", {"cursor": 1}, bob, {"action": "ack", "cursor": 1}),
+            ("/mesh/checkout", {}, bob, {"action": "checkout"}),
+        ]
+        for path, body, token, expected in previews:
+            before = await roster()  # taken before EACH preview: any one that changed something is caught
+            r = await client.post(path, json=body, headers=auth(token) if token else {})
+            assert r.status_code == 200 and r.json()["preview"] is True, (path, body, r.text)
+            assert expected.items() <= r.json().items(), (path, body, r.json())
+            assert await roster() == before, f"the preview {path} {body} changed the roster"
+        assert (await client.get("/mesh/agents/carol")).status_code == 404, "a create preview recorded nothing"
+        page = (await client.get("/mesh/inbox", headers=auth(bob))).json()
+        assert [m["body"] for m in page["messages"]] == ["real"], "nothing sent, cursor unmoved"
 
 
 async def test_credentials_401_and_403(db_url: str) -> None:

@@ -19,6 +19,7 @@ from muster_client.errors import (
     PayloadTooLarge,
     ServerError,
     ServiceUnreachable,
+    TooManyRequests,
     Unauthorized,
     UnexpectedAnswer,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "SendResult",
     "ServerError",
     "ServiceUnreachable",
+    "TooManyRequests",
     "Unauthorized",
     "UnexpectedAnswer",
 ]

@@ -100,9 +100,12 @@ def checkin(
     status: str | None,
     ttl_seconds: int | None,
     confirm: bool,
+    takeover: bool,
     idempotency_key: str | None,
 ) -> Call[CheckinPreview | CheckinRecord]:
     body = given(agent_id=agent_id, role=role, repo=repo, caps=caps, status=status, ttl_seconds=ttl_seconds)
+    if takeover:
+        body["takeover"] = True
     return Call(
         "POST",
         "/mesh/checkin",

@@ -89,8 +89,11 @@ class MusterClient(ClientCore):
         status: str | None = None,
         ttl_seconds: int | None = None,
         confirm: bool = False,
+        takeover: bool = False,
         idempotency_key: str | None = None,
     ) -> CheckinPreview | CheckinRecord:
+        """Without ``confirm`` a preview. ``takeover`` (without a token): take over a live agent_id whose token was
+        lost; the old token stops working."""
         return self.call(
             calls.checkin(
                 agent_id,
@@ -100,6 +103,7 @@ class MusterClient(ClientCore):
                 status=status,
                 ttl_seconds=ttl_seconds,
                 confirm=confirm,
+                takeover=takeover,
                 idempotency_key=idempotency_key,
             )
         )

@@ -15,7 +15,7 @@ from muster_client.sse import ServerEvent
 
 T = TypeVar("T")
 
-SESSION_ENDED = frozenset({"unauthorized", "token_required", "invalid_token", "lease_expired"})
+SESSION_ENDED = frozenset({"unauthorized", "token_required", "invalid_token", "lease_expired", "superseded"})
 
 
 class ClientCore:
@@ -100,7 +100,20 @@ def raise_for_problem(response: httpx.Response) -> None:
     if isinstance(parsed, dict):
         body = parsed
     fallback = response.text[:500] if response.content and not body else response.reason_phrase
-    raise error_for(response.status_code, body, fallback or f"HTTP {response.status_code}")
+    raise error_for(
+        response.status_code,
+        body,
+        fallback or f"HTTP {response.status_code}",
+        retry_after=_seconds(response.headers.get("Retry-After")),
+    )
+
+
+def _seconds(value: str | None) -> float | None:
+    """Retry-After in seconds (the service sends seconds, never an HTTP date)."""
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def inbox_event(event: ServerEvent) -> InboxMessage | None:

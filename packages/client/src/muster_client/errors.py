@@ -13,7 +13,8 @@ MusterClientError              root: anything this client raises
     ├── Conflict               409: an expired recipient, an idempotency key reused with other arguments…
     ├── PayloadTooLarge        413
     ├── InvalidRequest         422: ``errors`` names each field and rule
-    └── ServerError            5xx (503: not ready)
+    ├── TooManyRequests        429: ``retry_after`` seconds from the Retry-After header
+    └── ServerError            5xx (503: not ready, or the database unreachable; ``retry_after`` when said)
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ class ApiError(MusterClientError):
         title: str = "",
         errors: list[dict[str, Any]] | None = None,
         problem: dict[str, Any] | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {code}: {detail}")
+        self.retry_after = retry_after
         self.status = status
         self.code = code
         self.detail = detail
@@ -88,6 +91,10 @@ class InvalidRequest(ApiError):
     pass
 
 
+class TooManyRequests(ApiError):
+    pass
+
+
 class ServerError(ApiError):
     pass
 
@@ -100,11 +107,12 @@ BY_STATUS: dict[int, tuple[type[ApiError], str]] = {
     409: (Conflict, "conflict"),
     413: (PayloadTooLarge, "payload_too_large"),
     422: (InvalidRequest, "invalid_request"),
+    429: (TooManyRequests, "too_many_requests"),
 }
 """The class raised for each status, and the ``code`` given when the problem body names none."""
 
 
-def error_for(status: int, body: dict[str, Any], fallback_detail: str) -> ApiError:
+def error_for(status: int, body: dict[str, Any], fallback_detail: str, *, retry_after: float | None = None) -> ApiError:
     """The error for a problem answer: its class by status, its code from the body when the body has one."""
     if status in BY_STATUS:
         cls, default_code = BY_STATUS[status]
@@ -122,4 +130,5 @@ def error_for(status: int, body: dict[str, Any], fallback_detail: str) -> ApiErr
         title=str(body.get("title") or ""),
         errors=[e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else None,
         problem=body,
+        retry_after=retry_after,
     )

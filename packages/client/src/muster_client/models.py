@@ -38,8 +38,10 @@ class AgentView(Answer):
 
 
 class CheckinPreview(Answer):
+    """``action``: create, renew or takeover (a string: a newer service may name another)."""
+
     preview: Literal[True] = True
-    action: Literal["create", "renew"]
+    action: str
     agent: AgentView
 
 

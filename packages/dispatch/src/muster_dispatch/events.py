@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from muster_dispatch.jsonline import text_or_none as _str
 from muster_dispatch.usage import Usage
 
 EventType = Literal[
@@ -138,10 +139,6 @@ _SET_USAGE: _Setter = _SLOTS["usage"].__set__
 _SET_RESET_AT: _Setter = _SLOTS["reset_at"].__set__
 _SET_CODE: _Setter = _SLOTS["code"].__set__
 _SET_DATA: _Setter = _SLOTS["data"].__set__
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def raw(line: str, data: Any = None) -> AgentEvent:

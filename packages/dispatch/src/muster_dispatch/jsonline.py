@@ -22,3 +22,8 @@ def parse(line: str) -> Any:
     except (StopIteration, ValueError, RecursionError):
         return NOT_JSON
     return value if end == len(line) else NOT_JSON
+
+
+def text_or_none(value: Any) -> str | None:
+    """``value`` if it is a string, else None: the one way a decoder reads an optional text field."""
+    return value if value.__class__ is str else None

@@ -21,10 +21,12 @@ from muster_dispatch.bootstrap import ensure_cli, ready_cli
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
-from muster_dispatch.harness import Command
+from muster_dispatch.harness import Command, Harness
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import JournalSink
-from muster_dispatch.provider import LocalProcess, LocalProvider, Sandbox, read_dotenv
+from muster_dispatch.live import live_input
+from muster_dispatch.process_run import ProcessRun
+from muster_dispatch.provider import LocalProvider, Sandbox, read_dotenv
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
 from muster_dispatch.results import TurnResult
 from muster_dispatch.sessions import (
@@ -39,7 +41,6 @@ from muster_dispatch.usage import Usage
 
 StopReason = Literal["timeout", "aborted", "steering"]
 T = TypeVar("T")
-READ_GRACE = 2.0  # seconds to drain the pipes after the CLI exited, before its group is swept
 
 
 def dispatch(
@@ -88,12 +89,7 @@ class Dispatch:
         self._stop_reason: StopReason | None = None
         self._canceled = False
         self._steering: list[str] = []
-        self._process: LocalProcess | None = None
-        # While a live-input process runs: steering text -> the stdin lines that deliver it.
-        self._live: Callable[[str], list[str]] | None = None
-        self._live_sent = 0
-        self._live_done = 0
-        self._wakers: list[Callable[[], None]] = []  # wake a waiting _supervise on a stop request
+        self._process: ProcessRun | None = None  # the CLI process running now, if any
         self._interrupt: Callable[[StopReason], None] | None = None  # interrupt a running _guard
         self._running: DispatchAgent = agent  # the candidate running now (a fallback's current one)
         self._replay_turn: RecordedTurn | None = None
@@ -134,10 +130,9 @@ class Dispatch:
         if task.done():
             raise DispatchError("steering", "the turn is over")
         process = self._process
-        if self._live is not None and process is not None:
+        if process is not None and process.live is not None:
             self._record("turn.steer", {"text": text})
-            for line in self._live(text):
-                await process.write(line)
+            await process.steer(text)
             return
         if isinstance(running, CustomAgent):
             raise DispatchError("steering", f"custom agent {running.name} does not accept steering")
@@ -195,8 +190,6 @@ class Dispatch:
         self._stop_reason = effective
         assert self._stop is not None
         self._stop.set()
-        for ring in list(self._wakers):
-            ring()
         if self._interrupt is not None:
             self._interrupt(effective)
 
@@ -300,27 +293,22 @@ class Dispatch:
                 state.observe(event)
                 self._emit(event, agent, "agent")
 
-        task = asyncio.ensure_future(consume())
-        stopped = await self._supervise(task)
-        if stopped is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-            return state.conclude(exit_code=None, stopped=_as_stopped(stopped))
-        error = task.exception()
-        if isinstance(error, DispatchError):
+        try:
+            stopped, _ = await self._guard(consume())
+        except DispatchError as error:
             return replace(state.conclude(exit_code=None), status="failed", error=error)
-        if error is not None:
+        except Exception as error:  # the agent's own code: any failure ends its turn as failed
             return replace(
                 state.conclude(exit_code=None),
                 status="failed",
                 error=DispatchError("process", f"custom agent raised {type(error).__name__}: {error}", cause=error),
             )
-        return state.conclude(exit_code=None)
+        return state.conclude(exit_code=None, stopped=_as_stopped(stopped) if stopped else None)
 
     async def _guard(self, work: Coroutine[Any, Any, T]) -> tuple[StopReason | None, T | None]:
         """Run ``work`` in this task until it ends, a stop request or the deadline interrupts it (by cancelling this
-        task and taking the cancellation back): no helper task on the hot path of a CLI turn."""
+        task and taking the cancellation back): the one stop mechanism of CLI and custom agents, with no helper task
+        on the hot path of a turn."""
         assert self._stop is not None
         if self._stop.is_set():
             work.close()
@@ -338,7 +326,7 @@ class Dispatch:
         left = self._time_left()
         timer = asyncio.get_running_loop().call_later(left, interrupt, "timeout") if left is not None else None
         try:
-            return None, await work
+            value = await work
         except asyncio.CancelledError:
             if fired and task.uncancel() == 0:  # our interruption, not a cancellation from outside
                 return fired[0], None
@@ -347,126 +335,112 @@ class Dispatch:
             self._interrupt = None
             if timer is not None:
                 timer.cancel()
-
-    async def _supervise(self, task: asyncio.Future[Any]) -> StopReason | None:
-        """Wait for ``task``, a stop request or the deadline; which one stopped the turn (None: it ended).
-
-        One future woken by callbacks (no helper task, no asyncio.wait): this runs once per turn on the hot path.
-        """
-        assert self._stop is not None
-        if not task.done() and not self._stop.is_set():
-            loop = asyncio.get_running_loop()
-            wake: asyncio.Future[None] = loop.create_future()
-
-            def ring(_: object = None) -> None:
-                if not wake.done():
-                    wake.set_result(None)
-
-            task.add_done_callback(ring)
-            self._wakers.append(ring)
-            left = self._time_left()
-            timer = loop.call_later(left, ring) if left is not None else None
-            try:
-                await wake
-            finally:
-                task.remove_done_callback(ring)
-                self._wakers.remove(ring)
-                if timer is not None:
-                    timer.cancel()
-        if task.done():
-            return None
-        if self._stop.is_set():
-            return self._stop_reason or "aborted"
-        return "timeout"
+        if fired:  # the work swallowed our interruption and ended: it was stopped all the same
+            task.uncancel()
+            return fired[0], value
+        return None, value
 
     # ------------------------------------------------------------------ CLI
 
     async def _run_cli(self, agent: CliAgent, input: AgentInput) -> TurnResult:
-        harness = agent.harness
-        continuation = input.continuation
-        # Refusals that need no sandbox come first.
-        if continuation is not None and not harness.resumable:
-            return _failed(DispatchError("session", f"{harness.name} cannot resume a conversation"))
-        if continuation is not None and continuation.fork and not harness.forkable:
-            return _failed(DispatchError("session", f"{harness.name} cannot fork a conversation"))
-        if input.live_input and not harness.live_input:
-            return _failed(DispatchError("configuration", f"{harness.name} has no live-input protocol"))
-        provider = self._provider
-        assert provider is not None
+        refusal = _refusal(agent.harness, input)
+        if refusal is not None:  # refusals that need no sandbox come first
+            return _failed(refusal)
         try:
-            sandbox = provider.sandbox(self.workspace)
-            env = self._environment(agent, provider, sandbox)
-            # An install or a version check blocks: only then go through a thread.
-            executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
-            if continuation is not None:
-                await restore_conversation(agent, sandbox, continuation.conversation)
-                if continuation.fork and harness.fork is not None:
-                    input = AgentInput(
-                        input.prompt,
-                        Continuation(fork_conversation(agent, sandbox, continuation.conversation)),
-                        input.live_input,
-                    )
+            sandbox, env, executable, input = await self._prepare(agent, input)
         except DispatchError as exc:
             return _failed(exc)
         except OSError as exc:  # the private home or the session files could not be prepared
             return _failed(DispatchError("provider", f"cannot prepare the sandbox: {exc.strerror or exc}", cause=exc))
+        harness = agent.harness
         signals = Signals(harness.quota, harness.unavailable, harness.requires_finished_event)
         usage: Usage | None = None
         events = 0
-        leg = input
-        while True:
+        leg: AgentInput | None = input
+        while leg is not None:
             state = TurnState(signals)
-            before: Usage | None = None
-            if harness.cumulative_usage and leg.continuation is not None:
-                before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
-            exit_code, stopped = await self._run_process(
-                agent, leg, agent.request(leg, executable=str(executable)), sandbox, env, state
-            )
+            exit_code, stopped = await self._run_leg(agent, leg, executable, sandbox, env, state)
             events += state.events
-            if harness.cumulative_usage and state.conversation:
-                # The session's own running total, read once the CLI is gone, replaces the streamed one: exact
-                # whatever the order of the usage notifications (a late one can be lost when the CLI exits).
-                session_total = conversation_usage(agent, sandbox, state.conversation)
-                if session_total is not None and session_total.complete:
-                    state.usage = session_total
-            if before is not None and state.usage is not None:
-                state.usage = state.usage.minus(before)
             usage = state.usage if usage is None else usage + (state.usage or Usage.missing())
             if stopped == "steering" and self._steering and not self._canceled:
-                conversation = state.conversation or (leg.continuation.conversation if leg.continuation else None)
-                if conversation is None:
+                leg = self._steered_leg(agent, sandbox, leg, state)
+                if leg is None:
                     result = state.conclude(exit_code=exit_code)
-                    result = replace(
-                        result, status="failed", error=DispatchError("steering", "no conversation to resume")
-                    )
-                    break
-                text = "\n\n".join(self._steering)
-                self._steering.clear()
-                assert self._stop is not None
-                self._stop.clear()
-                self._stop_reason = None
-                recorded = prompt_recorded(agent, sandbox, conversation, leg.prompt)
-                if recorded:
-                    leg = AgentInput(text, Continuation(conversation))
-                elif recorded is False:
-                    # The session exists but the stopped prompt never reached it: resume with both.
-                    leg = AgentInput(f"{leg.prompt}\n\n{text}", Continuation(conversation))
-                else:
-                    # Stopped before the CLI wrote its session (Codex writes the rollout only once the model
-                    # request is under way): nothing to resume, so run the stopped prompt again with the steering.
-                    leg = AgentInput(f"{leg.prompt}\n\n{text}", leg.continuation)
+                    error = DispatchError("steering", "no conversation to resume")
+                    result = replace(result, status="failed", error=error)
                 continue
             result = state.conclude(exit_code=exit_code, stopped=_as_stopped(stopped) if stopped else None)
             break
         result = replace(result, usage=usage or Usage.missing(), events=events)
-        if agent.capture and agent.storage is not None and result.conversation:
-            try:
-                await capture_conversation(agent, sandbox, result.conversation)
-            except (DispatchError, OSError) as exc:
-                self._emit(
-                    AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session"), agent, "harness"
-                )
+        await self._capture(agent, sandbox, result)
         return result
+
+    async def _prepare(self, agent: CliAgent, input: AgentInput) -> tuple[Sandbox, dict[str, str], str, AgentInput]:
+        """The sandbox, the environment, the executable, and the input with a forked conversation in place."""
+        harness = agent.harness
+        provider = self._provider
+        assert provider is not None
+        sandbox = provider.sandbox(self.workspace)
+        env = self._environment(agent, provider, sandbox)
+        # An install or a version check blocks: only then go through a thread.
+        executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
+        continuation = input.continuation
+        if continuation is not None:
+            await restore_conversation(agent, sandbox, continuation.conversation)
+            if continuation.fork and harness.fork is not None:
+                forked = fork_conversation(agent, sandbox, continuation.conversation)
+                input = AgentInput(input.prompt, Continuation(forked), input.live_input)
+        return sandbox, env, str(executable), input
+
+    async def _run_leg(
+        self, agent: CliAgent, leg: AgentInput, executable: str, sandbox: Sandbox, env: dict[str, str], state: TurnState
+    ) -> tuple[int | None, StopReason | None]:
+        """One process of the turn (steering resumes the conversation in another); ``state.usage`` is this leg's."""
+        harness = agent.harness
+        before: Usage | None = None
+        if harness.cumulative_usage and leg.continuation is not None:
+            before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
+        command = agent.request(leg, executable=executable)
+        exit_code, stopped = await self._run_process(agent, leg, command, sandbox, env, state)
+        if harness.cumulative_usage and state.conversation:
+            # The session's own running total, read once the CLI is gone, replaces the streamed one: exact whatever
+            # the order of the usage notifications (a late one can be lost when the CLI exits).
+            session_total = conversation_usage(agent, sandbox, state.conversation)
+            if session_total is not None and session_total.complete:
+                state.usage = session_total
+        if before is not None and state.usage is not None:
+            state.usage = state.usage.minus(before)
+        return exit_code, stopped
+
+    def _steered_leg(self, agent: CliAgent, sandbox: Sandbox, leg: AgentInput, state: TurnState) -> AgentInput | None:
+        """The next leg after a stop for steering: the conversation resumed with the steering text (None when there
+        is no conversation to resume)."""
+        conversation = state.conversation or (leg.continuation.conversation if leg.continuation else None)
+        if conversation is None:
+            return None
+        text = "\n\n".join(self._steering)
+        self._steering.clear()
+        assert self._stop is not None
+        self._stop.clear()
+        self._stop_reason = None
+        recorded = prompt_recorded(agent, sandbox, conversation, leg.prompt)
+        if recorded:
+            return AgentInput(text, Continuation(conversation))
+        if recorded is False:
+            # The session exists but the stopped prompt never reached it: resume with both.
+            return AgentInput(f"{leg.prompt}\n\n{text}", Continuation(conversation))
+        # Stopped before the CLI wrote its session (Codex writes the rollout only once the model request is under
+        # way): nothing to resume, so run the stopped prompt again with the steering.
+        return AgentInput(f"{leg.prompt}\n\n{text}", leg.continuation)
+
+    async def _capture(self, agent: CliAgent, sandbox: Sandbox, result: TurnResult) -> None:
+        if not (agent.capture and agent.storage is not None and result.conversation):
+            return
+        try:
+            await capture_conversation(agent, sandbox, result.conversation)
+        except (DispatchError, OSError) as exc:
+            warning = AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session")
+            self._emit(warning, agent, "harness")
 
     def _environment(self, agent: CliAgent, provider: LocalProvider, sandbox: Sandbox) -> dict[str, str]:
         harness = agent.harness
@@ -490,111 +464,42 @@ class Dispatch:
     ) -> tuple[int | None, StopReason | None]:
         provider = self._provider
         assert provider is not None
-        harness = agent.harness
         try:
             process = await provider.start(command, sandbox, env)
         except DispatchError as exc:
             state.observe(AgentEvent("failure", text=exc.message, code="process"))
             return None, None
-        self._process = process
-        driver = (
-            harness.live_driver(leg, agent.model, sandbox.workspace)
-            if command.keep_stdin and harness.live_driver
-            else None
-        )
-        counted = command.keep_stdin and driver is None and harness.live_message is not None
-        if driver is not None:
-            self._live = driver.steer
-            for line in driver.opening():
-                await process.write(line)
-        elif counted:
-            message = harness.live_message
-            assert message is not None
-            self._live_sent, self._live_done = 1, 0
 
-            def one_more(text: str) -> list[str]:
-                self._live_sent += 1
-                return [message(text)]
+        def on_event(event: AgentEvent) -> None:
+            state.observe(event)
+            self._emit(event, agent, "harness")
 
-            self._live = one_more
-
-        async def read_stdout() -> None:
-            decode = harness.events
-            readline = process.stdout.readline
-            while True:
-                raw = await readline()
-                if not raw:
-                    return
-                text = raw.decode("utf-8", "replace").rstrip("\r\n")
-                for event in decode(text):
-                    state.observe(event)
-                    self._emit(event, agent, "harness")
-                    if counted and event.type == "finished":
-                        self._live_done += 1
-                        if self._live_done >= self._live_sent:
-                            # Every message sent has its result: closing stdin lets the CLI end the turn.
-                            self._live = None
-                            process.close_stdin()
-                if driver is not None and self._live is not None:
-                    with contextlib.suppress(DispatchError, ConnectionError):
-                        for line in driver.feed(text):
-                            await process.write(line)
-                    if driver.done:
-                        self._live = None
-                        process.close_stdin()  # the protocol is over: the CLI exits
-
-        async def read_stderr() -> None:
-            while True:
-                raw = await process.stderr.readline()
-                if not raw:
-                    return
-                event = AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n"))
-                state.observe(event)
-                self._emit(event, agent, "harness")
-
-        stderr = asyncio.ensure_future(read_stderr())
-        loop = asyncio.get_running_loop()
-        # If the CLI exits but a child keeps its pipes open, the readers would wait forever: sweep the group after
-        # a grace period.
-        grace: list[asyncio.TimerHandle] = []
-        running = [True]
-
-        def sweep_if_stuck() -> None:
-            if running[0]:
-                process.sweep()
-
-        def check_exit() -> None:
-            # A timer, not an exit watcher: a short turn ends before it ever fires, so it costs no wake-up.
-            if not running[0]:
-                return
-            later = sweep_if_stuck if process.process.returncode is not None else check_exit
-            grace.append(loop.call_later(READ_GRACE, later))
-
-        grace.append(loop.call_later(READ_GRACE, check_exit))
-
-        async def run() -> int:
-            await read_stdout()
-            await stderr
-            return await process.wait()
-
+        live = live_input(agent.harness, command, leg, agent.model, sandbox.workspace)
+        run = ProcessRun(process, agent.harness.events, on_event, live)
+        self._process = run
         try:
-            stopped, code = await self._guard(run())
-            running[0] = False
+            await run.open()
+            stopped, code = await self._guard(run.run())
             if stopped is None:
-                process.sweep()
                 return code, None
-            await process.kill()
+            await run.kill()
             self._emit(AgentEvent("stopped", code="aborted" if stopped == "aborted" else stopped), agent, "harness")
-            return process.process.returncode, stopped
+            return run.returncode, stopped
         finally:
-            running[0] = False
-            if process.process.returncode is None:
-                process.kill_now()  # cancelled from outside (e.g. the loop shuts down): leave nothing running
-            stderr.cancel()
-            for handle in grace:
-                handle.cancel()
+            run.close()
             self._process = None
-            self._live = None
+
+
+def _refusal(harness: Harness, input: AgentInput) -> DispatchError | None:
+    """Why this harness cannot take this input at all, if it cannot."""
+    continuation = input.continuation
+    if continuation is not None and not harness.resumable:
+        return DispatchError("session", f"{harness.name} cannot resume a conversation")
+    if continuation is not None and continuation.fork and not harness.forkable:
+        return DispatchError("session", f"{harness.name} cannot fork a conversation")
+    if input.live_input and not harness.live_input:
+        return DispatchError("configuration", f"{harness.name} has no live-input protocol")
+    return None
 
 
 def _as_stopped(reason: StopReason) -> Stopped:

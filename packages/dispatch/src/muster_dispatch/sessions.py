@@ -35,9 +35,10 @@ def conversation_usage(agent: CliAgent, sandbox: Sandbox, conversation: str) -> 
 
 
 def prompt_recorded(agent: CliAgent, sandbox: Sandbox, conversation: str, prompt: str) -> bool | None:
-    """Whether the session already holds ``prompt`` (None: no session file at all)."""
+    """Whether the session already holds ``prompt`` (None: nothing to resume yet, no session file or only empty
+    ones: Codex creates its rollout file before it writes the first line, and refuses to resume an empty one)."""
     files = session_files(agent, sandbox, conversation)
-    if not files:
+    if not any(files.values()):
         return None
     needles = {json.dumps(prompt)[1:-1].encode(), json.dumps(prompt, ensure_ascii=False)[1:-1].encode()}
     return any(needle in content for content in files.values() for needle in needles)

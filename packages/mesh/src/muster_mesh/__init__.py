@@ -30,6 +30,9 @@ from muster_mesh.errors import (
 from muster_mesh.memory import InMemoryMeshStore
 from muster_mesh.mesh import Mesh, MeshLimits, default_ttl
 from muster_mesh.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_PAGE,
+    MAX_WAIT_SECONDS,
     AckPreview,
     AckRequest,
     AckResult,
@@ -64,6 +67,9 @@ from muster_mesh.store import MeshStore, MeshTx, Notifier, Subscription
 from muster_mesh.wake import PaneWaker, pane_from_env, wake_text
 
 __all__ = [
+    "IDEMPOTENCY_KEY_PATTERN",
+    "MAX_PAGE",
+    "MAX_WAIT_SECONDS",
     "AckPreview",
     "AckRequest",
     "AckResult",

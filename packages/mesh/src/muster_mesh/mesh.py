@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
@@ -38,6 +39,8 @@ from muster_mesh.errors import (
     TokenRequired,
 )
 from muster_mesh.models import (
+    MAX_PAGE,
+    MAX_WAIT_SECONDS,
     AckPreview,
     AckRequest,
     AckResult,
@@ -76,6 +79,7 @@ from muster_mesh.tokens import new_token, token_hash
 log = logging.getLogger("muster.mesh")
 
 R = TypeVar("R", bound=BaseModel)
+T = TypeVar("T")
 
 # Idempotency records double as the memory of taken-over sessions: keyed by the old token's hash in their own scope,
 # swept like any record once the old session could no longer have been live.
@@ -96,9 +100,9 @@ def default_ttl(role: str | None) -> int:
 @dataclass(frozen=True)
 class MeshLimits:
     max_message_bytes: int = 64 * 1024
-    max_wait_seconds: float = 60.0
+    max_wait_seconds: float = MAX_WAIT_SECONDS
     default_page: int = 100
-    max_page: int = 500
+    max_page: int = MAX_PAGE
     max_fanout: int = 10_000
     # Confirmed role/repo/cap sends per sender and minute (a burst of this many, then this rate): one runaway agent
     # cannot flood every inbox. Direct messages are not limited.
@@ -111,6 +115,28 @@ class MeshLimits:
 
 class _Replay(Exception):
     """A concurrent request with the same idempotency key committed first: run again to replay its answer."""
+
+
+async def _replaying(run: Callable[[], Awaitable[T]]) -> T:
+    """``run``, and once more if a concurrent request won a race with it (a first check-in of the same agent_id, a
+    retry with the same idempotency key): the second run sees the winner's row and answers from it (refusal or
+    replay). A second lost race is raised."""
+    try:
+        return await run()
+    except _Replay:
+        return await run()
+
+
+@dataclass(frozen=True)
+class SendContext:
+    """What every step of one send shares: its transaction, the request, the caller's token hash, the time, and
+    the fingerprint its idempotency record is checked against."""
+
+    tx: MeshTx
+    request: SendRequest
+    hashed: str
+    now: datetime
+    fingerprint: str
 
 
 def view(agent: AgentRecord, now: datetime) -> AgentView:
@@ -255,13 +281,7 @@ class Mesh:
         session, a new token, a fresh and empty inbox."""
         # Two tries: a concurrent first check-in or a concurrent same-key retry may win the race once; the second
         # run then sees its row and answers from it (refusal or replay).
-        for attempt in (1, 2):
-            try:
-                return await self._checkin(request, token, idempotency_key)
-            except _Replay:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return await _replaying(lambda: self._checkin(request, token, idempotency_key))
 
     async def _checkin(
         self, request: CheckinRequest, token: str | None, key: str | None
@@ -281,47 +301,14 @@ class Mesh:
                     return CheckinRecord.model_validate({**remembered, "replayed": True})
             if request.confirm and presented is not None and key is None:
                 # The common case, a live agent renewing its own lease: one statement.
-                ttl_given = request.ttl_seconds or (default_ttl(request.role) if request.role is not None else None)
-                changes = AgentChanges(
-                    role=request.role,
-                    repo=request.repo,
-                    caps=tuple(request.caps) if request.caps is not None else None,
-                    status=request.status,
-                )
-                renewed = await tx.renew_checkin(
-                    request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes
-                )
+                renewed = await self._renew_checkin(tx, request, presented, now)
                 if renewed is not None:
-                    return CheckinRecord(**view(renewed, now).__dict__, action="renew")
+                    return renewed
             current = await tx.get_agent(request.agent_id, for_update=True)
             action = await self._checkin_action(tx, request, current, presented, now)
-            kept = current if action != "create" else None
-            role = request.role if request.role is not None else (kept.role if kept else None)
-            if request.ttl_seconds is not None:
-                ttl = request.ttl_seconds
-            elif kept is not None and request.role is None:
-                ttl = kept.ttl_seconds
-            else:
-                ttl = default_ttl(role)
-            status = request.status if request.status is not None else (kept.status if kept else "")
             minted = new_token() if action != "renew" else None
-            # A new session starts after the backlog: the inbox delivers only what arrives after its check-in.
-            last_seq = current.last_seq if current else 0
-            record = AgentRecord(
-                agent_id=request.agent_id,
-                token_hash=token_hash(minted) if minted else (presented or ""),
-                role=role,
-                repo=request.repo if request.repo is not None else (kept.repo if kept else None),
-                caps=tuple(request.caps) if request.caps is not None else (kept.caps if kept else ()),
-                status=status,
-                ttl_seconds=ttl,
-                last_seen_at=now,
-                status_since=kept.status_since if kept and kept.status == status else now,
-                expires_at=now + timedelta(seconds=ttl),
-                last_seq=last_seq,
-                read_cursor=kept.read_cursor if kept else last_seq,
-                floor_seq=kept.floor_seq if kept else last_seq,
-            )
+            hashed = token_hash(minted) if minted else (presented or "")
+            record = self._checkin_record(request, current if action != "create" else None, current, hashed, now)
             shown = view(record, now)
             if not request.confirm:
                 return CheckinPreview(action=action, agent=shown)
@@ -338,6 +325,51 @@ class Mesh:
             remembered = {**result.model_dump(mode="json", exclude={"token"}), TOKEN_GIVEN: minted is not None}
             await self._remember(tx, scope, key, "checkin", fingerprint, remembered, now)
             return result
+
+    @staticmethod
+    async def _renew_checkin(
+        tx: MeshTx, request: CheckinRequest, presented: str, now: datetime
+    ) -> CheckinRecord | None:
+        ttl_given = request.ttl_seconds or (default_ttl(request.role) if request.role is not None else None)
+        changes = AgentChanges(
+            role=request.role,
+            repo=request.repo,
+            caps=tuple(request.caps) if request.caps is not None else None,
+            status=request.status,
+        )
+        renewed = await tx.renew_checkin(request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes)
+        return CheckinRecord(**view(renewed, now).__dict__, action="renew") if renewed is not None else None
+
+    @staticmethod
+    def _checkin_record(
+        request: CheckinRequest, kept: AgentRecord | None, current: AgentRecord | None, hashed: str, now: datetime
+    ) -> AgentRecord:
+        """The row after the check-in: the request's fields over the ``kept`` session's (none for a new session)."""
+        role = request.role if request.role is not None else (kept.role if kept else None)
+        if request.ttl_seconds is not None:
+            ttl = request.ttl_seconds
+        elif kept is not None and request.role is None:
+            ttl = kept.ttl_seconds
+        else:
+            ttl = default_ttl(role)
+        status = request.status if request.status is not None else (kept.status if kept else "")
+        # A new session starts after the backlog: the inbox delivers only what arrives after its check-in.
+        last_seq = current.last_seq if current else 0
+        return AgentRecord(
+            agent_id=request.agent_id,
+            token_hash=hashed,
+            role=role,
+            repo=request.repo if request.repo is not None else (kept.repo if kept else None),
+            caps=tuple(request.caps) if request.caps is not None else (kept.caps if kept else ()),
+            status=status,
+            ttl_seconds=ttl,
+            last_seen_at=now,
+            status_since=kept.status_since if kept and kept.status == status else now,
+            expires_at=now + timedelta(seconds=ttl),
+            last_seq=last_seq,
+            read_cursor=kept.read_cursor if kept else last_seq,
+            floor_seq=kept.floor_seq if kept else last_seq,
+        )
 
     @staticmethod
     async def _checkin_action(
@@ -443,109 +475,120 @@ class Mesh:
         size = len(request.body.encode())
         if size > self.limits.max_message_bytes:
             raise MessageTooLarge(size, self.limits.max_message_bytes)
-        for attempt in (1, 2):
+        result, entries = await _replaying(lambda: self._send(request, token))
+        if entries:
             try:
-                result, entries = await self._send(request, token)
-            except _Replay:
-                if attempt == 2:
-                    raise
-                continue
-            if entries:
-                try:
-                    await self.notifier.publish(sorted(entries), entries)
-                except Exception:
-                    # The message is committed: failing the call now would invite a duplicate retry. Waiters still
-                    # see it at their next read (at the latest when their long-poll times out).
-                    log.warning("wake-up publish failed after a committed send", exc_info=True)
-                # The message is committed and the wake-ups are out: let the woken readers of this process answer
-                # before this send does (one pass of the event loop), so that the delivery, not the acknowledgement,
-                # goes out first.
-                await anyio.lowlevel.checkpoint()
-            return result
-        raise AssertionError("unreachable")
+                await self.notifier.publish(sorted(entries), entries)
+            except Exception:
+                # The message is committed: failing the call now would invite a duplicate retry. Waiters still
+                # see it at their next read (at the latest when their long-poll times out).
+                log.warning("wake-up publish failed after a committed send", exc_info=True)
+            # The message is committed and the wake-ups are out: let the woken readers of this process answer
+            # before this send does (one pass of the event loop), so that the delivery, not the acknowledgement,
+            # goes out first.
+            await anyio.lowlevel.checkpoint()
+        return result
 
     async def _send(
         self, request: SendRequest, token: str | None
     ) -> tuple[SendPreview | SendResult, dict[str, InboxEntry]]:
         now = self._now()
         hashed = self._hash(token)
-        serial = self.store.serial
-        seqs: dict[str, int]
         fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
         async with self.store.transaction() as tx:
-            if not serial and request.confirm and request.to is not None and request.idempotency_key is None:
-                # The common direct send where transactions overlap: the token's agent_id comes from the store's
-                # cache (the renewal verifies it), so the sender's renewal and the recipient's sequence are taken in
-                # agent_id order without a read first.
-                sender_id = await tx.agent_id_for(hashed)
-                if sender_id is None:
-                    await self._unknown(tx, hashed)
-                found: AgentRecord | None = None
-                seqs = {}
-                for agent_id in sorted({sender_id, request.to}):
-                    if agent_id == sender_id:
-                        found = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
-                    if agent_id == request.to:
-                        seqs = await tx.bump([agent_id], now)
-                assert found is not None
-                if not seqs:
-                    await self._direct_target(tx, request.to, now)
-                    raise AssertionError("unreachable: the target is live but was not bumped")
-                return await self._store_message(tx, found, request, seqs, now, fingerprint)
-            # Where transactions overlap, read without a lock: the sender's row is renewed below, in agent_id order
-            # with the recipients', so that two agents messaging each other cannot deadlock.
-            if serial and request.confirm:
-                sender = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
-            else:
-                sender = await self._usable(tx, hashed, await tx.find_by_token(hashed), now)
-            scope = f"agent:{sender.agent_id}"
+            ctx = SendContext(tx=tx, request=request, hashed=hashed, now=now, fingerprint=fingerprint)
+            if not self.store.serial and request.confirm and request.to is not None and request.idempotency_key is None:
+                return await self._send_direct_unread(ctx, request.to)
+            sender = await self._sender(ctx)
             if request.confirm:
+                scope = f"agent:{sender.agent_id}"
                 replayed = await self._replayed(tx, scope, request.idempotency_key, "send", fingerprint, SendResult)
                 if replayed is not None:
                     return replayed, {}
-            expires_at = now + timedelta(seconds=sender.ttl_seconds)
             if request.to is not None:
-                if not request.confirm:
-                    await self._direct_target(tx, request.to, now)
-                    return SendPreview(recipients=[request.to]), {}
-                seqs = {}
-                # A serial store renewed the sender above; a message to oneself is delivered like any other.
-                for agent_id in sorted({sender.agent_id, request.to}):
-                    touch = agent_id == sender.agent_id and not serial
-                    if touch and not await tx.touch(agent_id, hashed, now, expires_at):
-                        raise InvalidToken("the token's session ended meanwhile; check in again")
-                    if agent_id == request.to:
-                        seqs = await tx.bump([agent_id], now)
-                if not seqs:
-                    await self._direct_target(tx, request.to, now)
-                    raise AssertionError("unreachable: the target is live but was not bumped")
-            else:
-                # Fan-out goes to the live agents matching at send time, never back to the sender.
-                where = AgentFilter(live_at=now, role=request.role, repo=request.repo, cap=request.cap)
-                matches = await tx.list_agents(where, after=None, limit=self.limits.max_fanout)
-                candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
-                if not request.confirm:
-                    return SendPreview(recipients=candidates), {}
-                wait = self._fanout.take(sender.agent_id, now)
-                if wait:
-                    raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
-                # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and
-                # agents messaging each other cannot deadlock. Leases are re-checked under the locks.
-                await tx.lock_agents([*candidates, sender.agent_id])
-                if not serial and not await tx.touch(sender.agent_id, hashed, now, expires_at):
-                    raise InvalidToken("the token's session ended meanwhile; check in again")
-                seqs = await tx.bump(candidates, now) if candidates else {}
-            return await self._store_message(tx, sender, request, seqs, now, fingerprint)
+                return await self._send_direct(ctx, sender, request.to)
+            return await self._send_fanout(ctx, sender)
+
+    async def _sender(self, ctx: SendContext) -> AgentRecord:
+        # Where transactions overlap, read without a lock: the sender's row is renewed later, in agent_id order
+        # with the recipients', so that two agents messaging each other cannot deadlock.
+        if self.store.serial and ctx.request.confirm:
+            found = await ctx.tx.renew(ctx.hashed, ctx.now)
+        else:
+            found = await ctx.tx.find_by_token(ctx.hashed)
+        return await self._usable(ctx.tx, ctx.hashed, found, ctx.now)
+
+    async def _send_direct_unread(self, ctx: SendContext, to: str) -> tuple[SendResult, dict[str, InboxEntry]]:
+        """The common direct send where transactions overlap: the token's agent_id comes from the store's cache (the
+        renewal verifies it), so the sender's renewal and the recipient's sequence are taken in agent_id order
+        without a read first."""
+        sender_id = await ctx.tx.agent_id_for(ctx.hashed)
+        if sender_id is None:
+            await self._unknown(ctx.tx, ctx.hashed)
+        found: AgentRecord | None = None
+        seqs: dict[str, int] = {}
+        for agent_id in sorted({sender_id, to}):
+            if agent_id == sender_id:
+                found = await self._usable(ctx.tx, ctx.hashed, await ctx.tx.renew(ctx.hashed, ctx.now), ctx.now)
+            if agent_id == to:
+                seqs = await ctx.tx.bump([agent_id], ctx.now)
+        assert found is not None
+        await self._bumped(ctx, to, seqs)
+        return await self._store_message(ctx, found, seqs)
+
+    async def _send_direct(
+        self, ctx: SendContext, sender: AgentRecord, to: str
+    ) -> tuple[SendPreview | SendResult, dict[str, InboxEntry]]:
+        if not ctx.request.confirm:
+            await self._direct_target(ctx.tx, to, ctx.now)
+            return SendPreview(recipients=[to]), {}
+        seqs: dict[str, int] = {}
+        # A serial store renewed the sender when it was read; a message to oneself is delivered like any other.
+        for agent_id in sorted({sender.agent_id, to}):
+            if agent_id == sender.agent_id and not self.store.serial:
+                await self._touch_sender(ctx, sender)
+            if agent_id == to:
+                seqs = await ctx.tx.bump([agent_id], ctx.now)
+        await self._bumped(ctx, to, seqs)
+        return await self._store_message(ctx, sender, seqs)
+
+    async def _send_fanout(
+        self, ctx: SendContext, sender: AgentRecord
+    ) -> tuple[SendPreview | SendResult, dict[str, InboxEntry]]:
+        # Fan-out goes to the live agents matching at send time, never back to the sender.
+        request = ctx.request
+        where = AgentFilter(live_at=ctx.now, role=request.role, repo=request.repo, cap=request.cap)
+        matches = await ctx.tx.list_agents(where, after=None, limit=self.limits.max_fanout)
+        candidates = [a.agent_id for a in matches if a.agent_id != sender.agent_id]
+        if not request.confirm:
+            return SendPreview(recipients=candidates), {}
+        wait = self._fanout.take(sender.agent_id, ctx.now)
+        if wait:
+            raise RateLimited(sender.agent_id, self.limits.fanout_per_minute, wait)
+        # Every row this transaction writes is locked first, in agent_id order: concurrent fan-outs and agents
+        # messaging each other cannot deadlock. Leases are re-checked under the locks.
+        await ctx.tx.lock_agents([*candidates, sender.agent_id])
+        if not self.store.serial:
+            await self._touch_sender(ctx, sender)
+        seqs = await ctx.tx.bump(candidates, ctx.now) if candidates else {}
+        return await self._store_message(ctx, sender, seqs)
+
+    @staticmethod
+    async def _touch_sender(ctx: SendContext, sender: AgentRecord) -> None:
+        expires_at = ctx.now + timedelta(seconds=sender.ttl_seconds)
+        if not await ctx.tx.touch(sender.agent_id, ctx.hashed, ctx.now, expires_at):
+            raise InvalidToken("the token's session ended meanwhile; check in again")
+
+    async def _bumped(self, ctx: SendContext, to: str, seqs: dict[str, int]) -> None:
+        """A direct target that was not bumped is missing or expired: say which."""
+        if not seqs:
+            await self._direct_target(ctx.tx, to, ctx.now)
+            raise AssertionError("unreachable: the target is live but was not bumped")
 
     async def _store_message(
-        self,
-        tx: MeshTx,
-        sender: AgentRecord,
-        request: SendRequest,
-        seqs: dict[str, int],
-        now: datetime,
-        fingerprint: str,
+        self, ctx: SendContext, sender: AgentRecord, seqs: dict[str, int]
     ) -> tuple[SendResult, dict[str, InboxEntry]]:
+        tx, request, now = ctx.tx, ctx.request, ctx.now
         message_id = uuid.uuid4().hex if seqs else None
         entries: dict[str, InboxEntry] = {}
         if message_id is not None:
@@ -564,7 +607,7 @@ class Mesh:
             f"agent:{sender.agent_id}",
             request.idempotency_key,
             "send",
-            fingerprint,
+            ctx.fingerprint,
             result.model_dump(mode="json"),
             now,
         )
@@ -645,13 +688,7 @@ class Mesh:
         self, request: AckRequest, *, token: str | None, idempotency_key: str | None = None
     ) -> AckPreview | AckResult:
         """Move the stored cursor forward to ``cursor`` (never back); a preview unless ``confirm``."""
-        for attempt in (1, 2):
-            try:
-                return await self._ack(request, token, idempotency_key)
-            except _Replay:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return await _replaying(lambda: self._ack(request, token, idempotency_key))
 
     async def _ack(self, request: AckRequest, token: str | None, key: str | None) -> AckPreview | AckResult:
         now = self._now()
@@ -681,13 +718,7 @@ class Mesh:
         self, request: CheckoutRequest, *, token: str | None, idempotency_key: str | None = None
     ) -> CheckoutPreview | CheckoutResult:
         """Leave the roster: the lease ends now, the token stops working and the agent_id is free to be claimed."""
-        for attempt in (1, 2):
-            try:
-                return await self._checkout(request, token, idempotency_key)
-            except _Replay:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+        return await _replaying(lambda: self._checkout(request, token, idempotency_key))
 
     async def _checkout(
         self, request: CheckoutRequest, token: str | None, key: str | None

@@ -16,6 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 MAX_STATUS_CHARS = 280
 MAX_CAPS = 32
 MAX_SEQ = 2**63 - 1
+# Pages and long-polls: the largest page any listing or inbox read returns, the longest a long-poll waits.
+MAX_PAGE = 500
+MAX_WAIT_SECONDS = 60.0
+# An idempotency key (body field or Idempotency-Key header): 1 to 128 printable ASCII characters, no spaces.
+IDEMPOTENCY_KEY_MAX = 128
+IDEMPOTENCY_KEY_PATTERN = rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}$"
 """The largest inbox sequence (a signed 64-bit column): cursors beyond it are refused, never passed to a database."""
 
 # What a person reading the roster must never be shown raw: C0 and C1 control characters (terminal escapes, NUL,
@@ -29,7 +35,9 @@ AgentId = Annotated[
 ]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}$")]
 Repo = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=rf"^[^{CONTROLS}]+$")]
-IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
+IdempotencyKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=IDEMPOTENCY_KEY_MAX, pattern=IDEMPOTENCY_KEY_PATTERN)
+]
 ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=rf"^[^{CONTROLS}]*$")]
 # A body is the agent's own text: newlines and tabs are kept; NUL is refused (PostgreSQL text cannot hold it, and no
@@ -116,7 +124,19 @@ class BacklogList(Strict):
     next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
+ADDRESS_FIELDS = ("to", "role", "repo", "cap")
+
+
 class SendRequest(Strict):
+    # The rule the mesh enforces (InvalidAddress), stated in the schema: exactly one address given as a string.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [{"required": [name], "properties": {name: {"type": "string"}}} for name in ADDRESS_FIELDS],
+            "description": "Exactly one of `to`, `role`, `repo`, `cap`.",
+        },
+    )
+
     to: AgentId | None = Field(default=None, description="One agent.")
     role: Label | None = Field(default=None, description="Every live agent with this role (fan-out at send time).")
     repo: Repo | None = Field(default=None, description="Every live agent on this repo.")
@@ -127,7 +147,7 @@ class SendRequest(Strict):
     confirm: bool = Field(default=False, strict=True)
 
     def address(self) -> dict[str, str]:
-        return {k: v for k in ("to", "role", "repo", "cap") if (v := getattr(self, k)) is not None}
+        return {k: v for k in ADDRESS_FIELDS if (v := getattr(self, k)) is not None}
 
 
 class SendPreview(Strict):

@@ -374,6 +374,34 @@ async def exactly_one_address(make: MeshFactory) -> None:
 
 
 @check
+async def every_kind_of_send_renews_the_sender(make: MeshFactory) -> None:
+    # Each send path (direct, direct with an idempotency key, fan-out, to oneself) renews the sender's lease: on a
+    # store whose transactions overlap they are separate code paths, each with its own renewal.
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice", ttl_seconds=600)
+        await join(mesh, "bob", role="qa", ttl_seconds=86400)
+        sends: list[dict[str, Any]] = [
+            {"to": "bob"},
+            {"to": "bob", "idempotency_key": "k-1"},
+            {"role": "qa"},
+            {"role": "qa", "idempotency_key": "k-2"},
+            {"to": "alice"},
+        ]
+        for address in sends:
+            clock.advance(500)
+            await mesh.send(SendRequest(body="hi", confirm=True, **address), token=alice)
+            seen = await mesh.get_agent("alice")
+            assert seen.last_seen_at == clock(), address
+            assert seen.expires_at == clock() + timedelta(seconds=600), address
+        clock.advance(500)
+        await mesh.send(SendRequest(role="qa", body="preview"), token=alice)
+        assert (await mesh.get_agent("alice")).last_seen_at == clock() - timedelta(seconds=500), (
+            "a preview renews nothing"
+        )
+
+
+@check
 async def fan_out_reaches_live_matches_only_and_not_the_sender(make: MeshFactory) -> None:
     clock = FakeClock()
     async with make(clock) as mesh:

@@ -9,7 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, dashboard, problems
+from muster_api import __version__, dashboard, openapi, problems
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
 from muster_api.db.engine import create_engine
@@ -30,8 +30,11 @@ from muster_api.settings import Settings
 log = logging.getLogger("muster.api")
 
 
-def create_app(settings: Settings | None = None, *, runtime: Runtime | None = None) -> FastAPI:
-    """Build the app. Pass ``runtime`` to inject a clock (tests); otherwise one is built from ``settings``."""
+def create_app(
+    settings: Settings | None = None, *, runtime: Runtime | None = None, freeze_after_start: bool = False
+) -> FastAPI:
+    """Build the app. Pass ``runtime`` to inject a clock (tests); otherwise one is built from ``settings``.
+    ``freeze_after_start``: the process serves this one app (``muster serve``), see ``app_from_env``."""
     settings = settings or (runtime.settings if runtime else Settings())
     configure_logging(settings.log_level)
 
@@ -46,10 +49,12 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
             async with AsyncExitStack() as stack:
                 for component in (mesh_component, a2a_component, dispatch_component):
                     await stack.enter_async_context(component.lifespan(app, rt))
-                # Everything alive now (modules, the app, its routes, models and stores) lives as long as the process:
-                # moved out of the collector's generations, a full collection no longer walks it (measured on the
-                # mesh: a 100 ms gen-2 pause under load, a wake-up's p99 several times its median).
-                gc.freeze()
+                if freeze_after_start:
+                    # Everything alive now (modules, the app, its routes, models and stores) lives as long as the
+                    # process: moved out of the collector's generations, a full collection no longer walks it
+                    # (measured on the mesh: a 100 ms gen-2 pause under load, a wake-up's p99 several times its
+                    # median). Process-wide, so only for a process that serves this one app.
+                    gc.freeze()
                 yield
         finally:
             await rt.engine.dispose()
@@ -57,6 +62,7 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
     # /docs is served by the dashboard from local assets (FastAPI's pages load theirs from a CDN); no ReDoc.
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
+    openapi.install(app)
     for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router, config_router):
         app.include_router(router)
     dashboard.install(app)
@@ -69,5 +75,5 @@ def create_app(settings: Settings | None = None, *, runtime: Runtime | None = No
 
 
 def app_from_env() -> FastAPI:
-    """Factory for ``uvicorn --factory`` (used by ``muster serve``)."""
-    return create_app(Settings())
+    """Factory for ``uvicorn --factory`` (used by ``muster serve``): the process serves this one app."""
+    return create_app(Settings(), freeze_after_start=True)

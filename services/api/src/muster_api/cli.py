@@ -1,4 +1,5 @@
-"""The ``muster`` command: serve, migrate, version, worker, install."""
+"""The ``muster`` command: serve, migrate, version, mcp, worker, install; the people's commands live in
+``muster_api.console``."""
 
 from __future__ import annotations
 
@@ -72,6 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.set_defaults(fn=_serve)
     sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)
     sub.add_parser("version", help="print the version").set_defaults(fn=_version)
+    from muster_api.mcp.command import add_parser as add_mcp
+
+    add_mcp(sub)
+
+    from muster_api.console import register as register_console
+
+    register_console(sub)
+
     from muster_api.dispatch import commands as dispatch_commands
 
     dispatch_commands.register(sub)

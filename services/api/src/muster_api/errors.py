@@ -4,7 +4,9 @@ MusterApiError
 ├── ConfigurationError     bad settings or config file (startup refuses to run)
 ├── NotReadyError          database unreachable or migrations not at head (503)
 ├── MigrationError         a migration left rows breaking a foreign key (rolled back)
-└── PayloadTooLargeError   request body over the service-wide bound (413)
+├── PayloadTooLargeError   request body over the service-wide bound (413)
+├── ToolRefused            ``muster mcp`` refuses a tool call before sending anything (an MCP tool error)
+└── CommandError           a `muster` command cannot do what it was asked (its message says what to do instead)
 """
 
 from __future__ import annotations
@@ -28,3 +30,12 @@ class MigrationError(MusterApiError):
 
 class PayloadTooLargeError(MusterApiError):
     """The request body is larger than the service accepts."""
+
+
+class ToolRefused(MusterApiError):
+    """A tool call the MCP server refuses itself (not checked in, a pane id outside Herdr…): the message says what
+    to do instead."""
+
+
+class CommandError(MusterApiError):
+    """A ``muster`` command cannot go on; the message is one line that says what to do."""

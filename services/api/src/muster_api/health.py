@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from muster_api.db.migrate import current_revision, head_revision
+from muster_api.deps import RuntimeDep
 from muster_api.problems import DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, problem
-from muster_api.runtime import Runtime
 
 router = APIRouter(tags=["health"])
 RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}
@@ -23,7 +23,8 @@ async def healthz() -> dict[str, str]:
 
 @router.head("/healthz", summary="The process is alive (status only)")
 async def healthz_head() -> Response:
-    return Response(status_code=200)
+    # The headers a GET would carry, without its body.
+    return Response(status_code=200, media_type="application/json")
 
 
 @router.get(
@@ -31,8 +32,7 @@ async def healthz_head() -> Response:
     summary="The database answers and its schema is at the migration head",
     responses={503: {"description": "not ready, with the reason", "content": {"application/problem+json": {}}}},
 )
-async def readyz(request: Request) -> Any:
-    runtime: Runtime = request.app.state.runtime
+async def readyz(runtime: RuntimeDep) -> Any:
     head = head_revision()
     try:
         async with runtime.engine.connect() as conn:
@@ -61,8 +61,8 @@ async def readyz(request: Request) -> Any:
     summary="Readiness as a status only (200 or 503)",
     responses={503: {"description": "not ready (GET /readyz says why)"}},
 )
-async def readyz_head(request: Request) -> Response:
-    ready: Response = await readyz(request)
-    return Response(
-        status_code=ready.status_code, headers={k: v for k, v in ready.headers.items() if k == "retry-after"}
-    )
+async def readyz_head(runtime: RuntimeDep) -> Response:
+    ready: Response = await readyz(runtime)
+    kept = {k: v for k, v in ready.headers.items() if k == "retry-after"}
+    # The headers a GET would carry, without its body.
+    return Response(status_code=ready.status_code, headers=kept, media_type=ready.media_type)

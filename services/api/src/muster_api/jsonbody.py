@@ -49,25 +49,28 @@ def _is_json(content_type: str | None) -> bool:
 class StrictJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        if self.body_field is None:
+            return handler
 
         async def strict(request: Request) -> Response:
-            if request.method in ("POST", "PUT", "PATCH") and _is_json(request.headers.get("content-type")):
+            if _is_json(request.headers.get("content-type")):
                 body = await request.body()
                 if body:
-                    try:
-                        request._json = loads_strict(body)
-                    except DuplicateKey as exc:
-                        raise RequestValidationError(
-                            [
-                                {
-                                    "type": "duplicate_key",
-                                    "loc": ("body", exc.key),
-                                    "msg": f"the key {exc.key!r} appears more than once in a JSON object",
-                                }
-                            ]
-                        ) from None
-                    except ValueError:
-                        pass  # not JSON (or not UTF-8): FastAPI's own parse answers it as json_invalid
+                    request._json = _parse(body)
             return await handler(request)
 
         return strict
+
+
+def _parse(body: bytes) -> Any:
+    try:
+        return loads_strict(body)
+    except DuplicateKey as exc:
+        error = {
+            "type": "duplicate_key",
+            "loc": ("body", exc.key),
+            "msg": f"the key {exc.key!r} appears more than once in a JSON object",
+        }
+    except ValueError as exc:  # not JSON, or not UTF-8 (FastAPI would answer the latter with a bare 400)
+        error = {"type": "json_invalid", "loc": ("body",), "msg": f"the body is not JSON: {type(exc).__name__}"}
+    raise RequestValidationError([error])

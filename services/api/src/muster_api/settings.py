@@ -1,24 +1,74 @@
-"""Service settings, read from ``MUSTER_*`` environment variables by ``Settings()``.
+"""Service settings, read from ``MUSTER_*`` environment variables by ``Settings()``: everything ``create_app``
+needs, in one place, with a section per capability (``MUSTER_MESH_*``, ``MUSTER_A2A_*``).
 
 Nothing here runs at import time: ``create_app(settings)`` receives a ``Settings`` so that one process (a test run)
-can build apps on SQLite and on PostgreSQL side by side.
+can build apps on SQLite and on PostgreSQL side by side, each with its own limits and periods.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from muster_a2a import DEFAULT_LEASE
 from muster_api.db.url import DEFAULT_DATABASE_URL, normalise_database_url
+from muster_mesh import MAX_WAIT_SECONDS, MeshLimits
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 
 def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
+
+
+class MeshSettings(BaseSettings):
+    """``MUSTER_MESH_*``: the mesh's limits and its sweeper's period."""
+
+    model_config = SettingsConfigDict(env_prefix="MUSTER_MESH_", extra="ignore", frozen=True)
+
+    max_message_bytes: int = Field(default=64 * 1024, ge=1, le=512 * 1024)
+    max_wait_seconds: float = Field(default=MAX_WAIT_SECONDS, gt=0, le=MAX_WAIT_SECONDS)
+    read_retention_hours: float = Field(default=7 * 24, gt=0)
+    expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
+    sweep_seconds: float = Field(default=300.0, gt=0)
+    fanout_per_minute: int = Field(default=60, ge=1, le=100_000)
+
+    def limits(self) -> MeshLimits:
+        return MeshLimits(
+            max_message_bytes=self.max_message_bytes,
+            max_wait_seconds=self.max_wait_seconds,
+            read_retention=timedelta(hours=self.read_retention_hours),
+            expired_agent_retention=timedelta(hours=self.expired_agent_retention_hours),
+            fanout_per_minute=self.fanout_per_minute,
+        )
+
+
+class A2ASettings(BaseSettings):
+    """``MUSTER_A2A_*``: how long an instance holds a remote call it follows, and how often it renews its holds and
+    scans for calls nobody holds any more. The periods are real seconds (sleeps), while lease expiries come from the
+    injected clock; by default a third of the lease, so that one missed renewal (a slow database) loses no call."""
+
+    model_config = SettingsConfigDict(env_prefix="MUSTER_A2A_", extra="ignore", frozen=True)
+
+    lease_seconds: float = Field(default=DEFAULT_LEASE.total_seconds(), gt=0)
+    renew_seconds: float | None = Field(default=None, gt=0)
+    scan_seconds: float | None = Field(default=None, gt=0)
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_seconds)
+
+    @property
+    def renew_every(self) -> float:
+        return self.renew_seconds if self.renew_seconds is not None else self.lease_seconds / 3
+
+    @property
+    def scan_every(self) -> float:
+        return self.scan_seconds if self.scan_seconds is not None else self.lease_seconds / 3
 
 
 class Settings(BaseSettings):
@@ -29,12 +79,14 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=1, le=65535)
     migrate_on_startup: bool = True
     log_level: Annotated[LogLevel, BeforeValidator(_upper)] = "INFO"
-    # Optional guard over the whole API: any of these keys as `X-API-Key` (or bearer, where no agent token is due).
+    # Optional guard over the whole API: every request must carry one of these keys in `X-API-Key`.
     api_keys: list[SecretStr] = Field(default_factory=list)
     # Serving beyond loopback without api_keys exposes every agent's identity to the network: `muster serve` refuses
     # it unless this says the operator means it (a trusted network, or a proxy that authenticates).
     allow_open_bind: bool = False
     config: Path = Path("muster.toml")
+    mesh: MeshSettings = Field(default_factory=MeshSettings)
+    a2a: A2ASettings = Field(default_factory=A2ASettings)
 
     @field_validator("api_keys")
     @classmethod

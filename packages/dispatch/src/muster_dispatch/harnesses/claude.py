@@ -15,6 +15,7 @@ from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import NOT_JSON, parse
+from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage, counter
 
 PACKAGE = "@anthropic-ai/claude-code"
@@ -243,10 +244,6 @@ def _retry_text(obj: dict[str, Any]) -> str:
         f"API retry {obj.get('attempt', '?')}/{obj.get('max_retries', '?')}: "
         f"{obj.get('error_status', '')} {obj.get('error', '')}".strip()
     )
-
-
-def _s(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 _QUOTA = re.compile(

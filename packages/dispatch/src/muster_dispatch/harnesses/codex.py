@@ -14,7 +14,6 @@ written from the agent variables (see ``configuration``):
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import time
 import uuid
@@ -24,12 +23,20 @@ from typing import Any
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
-from muster_dispatch.faults import parse_reset
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
-from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server, shell_result
+from muster_dispatch.harnesses.codex_common import (
+    quota,
+    retry_notice,
+    shell_result,
+    turn_failure,
+    unavailable,
+    usage_from_counts,
+)
+from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import NOT_JSON, parse
-from muster_dispatch.usage import Usage, counter
+from muster_dispatch.jsonline import text_or_none as _s
+from muster_dispatch.usage import Usage
 
 PACKAGE = "@openai/codex"
 VERSION = "0.169.0"
@@ -83,12 +90,7 @@ def _turn_completed(obj: dict[str, Any]) -> list[AgentEvent]:
 def _turn_failed(obj: dict[str, Any]) -> list[AgentEvent]:
     error = obj.get("error") or {}
     message = _s(error.get("message") if isinstance(error, dict) else None) or "turn failed"
-    out = [AgentEvent("failure", text=message, code="turn.failed", data=obj)]
-    if quota(message):
-        # Codex has no quota event of its own: the terminal failure text is the signal.
-        out.append(AgentEvent("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
-    out.append(AgentEvent("finished", code="failed"))
-    return out
+    return [*turn_failure(message, obj), AgentEvent("finished", code="failed")]
 
 
 def _thread_started(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -102,7 +104,7 @@ def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
 
 def _error(obj: dict[str, Any]) -> list[AgentEvent]:
     message = _s(obj.get("message")) or ""
-    if _retry_notice(message.lower()):
+    if retry_notice(message.lower()):
         return [AgentEvent("retry", text=message, data=obj)]
     return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
 
@@ -207,72 +209,9 @@ def _usage(native: Any) -> Usage:
     if native.__class__ is not dict:
         return Usage.missing()
     get = native.get
-    total_input = counter(get("input_tokens"))
-    cached = counter(get("cached_input_tokens")) or 0
-    created = counter(get("cache_write_input_tokens")) or 0
-    output = counter(get("output_tokens"))
-    fresh = (total_input or 0) - cached - created
-    return Usage(
-        fresh if fresh > 0 else 0,
-        cached,
-        created,
-        output or 0,
-        None,
-        total_input is not None and output is not None,
+    return usage_from_counts(
+        get("input_tokens"), get("cached_input_tokens"), get("cache_write_input_tokens"), get("output_tokens")
     )
-
-
-def _s(value: Any) -> str | None:
-    return value if value.__class__ is str else None
-
-
-# Substring tests on the lower-cased text: several times faster than one alternation regex with IGNORECASE, and
-# failure texts are checked on the decode path.
-_QUOTA_WORDS = (
-    "hit your usage limit",
-    "usage_limit_reached",
-    "quota exceeded",
-    "insufficient_quota",
-    "exceeded retry limit, last status: 429",
-    "429 too many requests",
-    "rate limit",
-)
-_UNAVAILABLE_WORDS = (
-    "high demand",
-    "at capacity",
-    "stream disconnected before completion",
-    "waiting for network",
-    "error sending request",
-    "connection refused",
-    "connection reset",
-    "failed to connect",
-    "dns error",
-    "server_error",
-    "internal server error",
-    "service unavailable",
-    "bad gateway",
-    "gateway timeout",
-    "overloaded",
-)
-_STATUS_5XX = re.compile(r"\b50[0234]\b|last status: 5\d\d")
-
-
-def _retry_notice(lowered: str) -> bool:
-    return lowered.lstrip().startswith("reconnecting...") or "retrying" in lowered
-
-
-def quota(text: str) -> bool:
-    """A TERMINAL usage or rate limit ("Reconnecting... N/M" notices never match)."""
-    lowered = text.lower()
-    return not _retry_notice(lowered) and any(word in lowered for word in _QUOTA_WORDS)
-
-
-def unavailable(text: str) -> bool:
-    """A terminal outage or connection failure ("Reconnecting... N/M" notices never match)."""
-    lowered = text.lower()
-    if _retry_notice(lowered):
-        return False
-    return any(word in lowered for word in _UNAVAILABLE_WORDS) or _STATUS_5XX.search(lowered) is not None
 
 
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:

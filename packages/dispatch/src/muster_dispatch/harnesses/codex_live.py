@@ -18,9 +18,10 @@ from typing import Any
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
+from muster_dispatch.harnesses.codex_common import shell_result, turn_failure, usage_from_counts
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import parse
-from muster_dispatch.usage import Usage, counter
+from muster_dispatch.jsonline import text_or_none as _s
 
 _INITIALIZE, _THREAD, _TURN = 1, 2, 3
 # Steering requests carry string ids with this prefix: their refusal is recovered from (see above), not a failure.
@@ -180,19 +181,6 @@ def _response(message: dict[str, Any]) -> list[AgentEvent]:
     return []  # initialize / turn/start / turn/steer acknowledgements
 
 
-def shell_result(item_id: str | None, exit_code: Any, status: Any, output: Any) -> AgentEvent:
-    """A finished shell command, from ``codex exec --json`` (snake_case) or app-server (camelCase) fields."""
-    failed = status == "failed" or (isinstance(exit_code, int) and exit_code != 0)
-    return AgentEvent(
-        "tool_result",
-        id=item_id,
-        name="shell",
-        output=output,
-        code="error" if failed else None,
-        data={"exit_code": exit_code, "status": status},
-    )
-
-
 def _thread_started(params: dict[str, Any]) -> list[AgentEvent]:
     thread = params.get("thread") or {}
     return [AgentEvent("conversation", id=_s(thread.get("id")))] if isinstance(thread, dict) else []
@@ -244,34 +232,22 @@ def _token_usage(params: dict[str, Any]) -> list[AgentEvent]:
     total = usage.get("total") if isinstance(usage, dict) else None
     if not isinstance(total, dict):
         return []
-    tokens_in = counter(total.get("inputTokens"))
-    cached = counter(total.get("cachedInputTokens")) or 0
-    created = counter(total.get("cacheWriteInputTokens")) or 0
-    tokens_out = counter(total.get("outputTokens"))
-    value = Usage(
-        input=max((tokens_in or 0) - cached - created, 0),
-        cached=cached,
-        cache_created=created,
-        output=tokens_out or 0,
-        complete=tokens_in is not None and tokens_out is not None,
+    get = total.get
+    value = usage_from_counts(
+        get("inputTokens"), get("cachedInputTokens"), get("cacheWriteInputTokens"), get("outputTokens")
     )
     # A running total for the thread: the turn state keeps the last one instead of adding them up.
     return [AgentEvent("usage", usage=value, code="total")]
 
 
 def _turn_completed(params: dict[str, Any]) -> list[AgentEvent]:
-    from muster_dispatch.faults import parse_reset
-    from muster_dispatch.harnesses.codex import quota
-
     turn = params.get("turn") or {}
     status = turn.get("status") if isinstance(turn, dict) else None
     out: list[AgentEvent] = []
     if status == "failed":
         error = turn.get("error") or {}
         message = _s(error.get("message") if isinstance(error, dict) else None) or "turn failed"
-        out.append(AgentEvent("failure", text=message, code="turn.failed", data=turn))
-        if quota(message):
-            out.append(AgentEvent("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
+        out.extend(turn_failure(message, turn))
     elif status == "interrupted":
         out.append(AgentEvent("warning", text="the turn was interrupted", code="interrupted"))
     out.append(AgentEvent("finished", id=_s(turn.get("id")) if isinstance(turn, dict) else None, code=status))
@@ -303,7 +279,3 @@ _NOTIFICATIONS = {
     "account/rateLimits/updated": _ignored,
     "remoteControl/status/changed": _ignored,
 }
-
-
-def _s(value: Any) -> str | None:
-    return value if isinstance(value, str) else None

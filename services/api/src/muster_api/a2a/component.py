@@ -7,7 +7,8 @@ cancel the remote work, and a shutdown leaves the call in flight (stored, releas
 
 Several instances on one database: each call is held by the instance following it (owner + lease, renewed every
 ``renew_every`` seconds); every ``scan_every`` seconds an instance claims the calls whose holder is gone (lease
-lapsed) and follows them. An instance that finds its lease renewed by nobody — taken over — stops following.
+lapsed) and follows them (the lease and both periods: ``Settings.a2a``). An instance that finds its lease renewed
+by nobody — taken over — stops following.
 
 Reload: a superseded agent set is closed as soon as no call runs on it any more (calls hold the set they run on).
 """
@@ -28,7 +29,6 @@ from anyio.abc import TaskGroup
 from fastapi import FastAPI
 
 from muster_a2a import (
-    DEFAULT_LEASE,
     AgentConfigError,
     AgentSet,
     CallRecord,
@@ -42,12 +42,6 @@ from muster_api.errors import ConfigurationError, NotReadyError
 from muster_api.runtime import Runtime
 
 log = logging.getLogger("muster.a2a")
-
-LEASE = DEFAULT_LEASE
-# Real seconds (sleeps), while lease expiries come from the injected clock: a third of the lease, so that one
-# missed renewal (a slow database) does not lose a call.
-RENEW_EVERY = LEASE.total_seconds() / 3
-SCAN_EVERY = LEASE.total_seconds() / 3
 
 Job = Callable[[], Awaitable[CallRecord]]
 
@@ -68,9 +62,10 @@ class A2AState:
         self.config = config
         self.owner = uuid.uuid4().hex
         self.store = SqlCallStore(runtime.engine, runtime.dialect)
-        self.tracker = CallTracker(self.store, runtime.now, owner=self.owner, lease=lease or LEASE)
-        self.renew_every = renew_every or RENEW_EVERY
-        self.scan_every = scan_every or SCAN_EVERY
+        periods = runtime.settings.a2a
+        self.tracker = CallTracker(self.store, runtime.now, owner=self.owner, lease=lease or periods.lease)
+        self.renew_every = renew_every or periods.renew_every
+        self.scan_every = scan_every or periods.scan_every
         self.agents = AgentSet([])
         self.group: TaskGroup | None = None
         # Superseded agent sets that calls still run on; each is closed when its last call ends.

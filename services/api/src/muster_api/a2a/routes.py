@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from muster_a2a import AgentSet, AgentStatus, CallRecord, Collision, UnknownCallError
-from muster_api.a2a.component import A2AState
+from muster_api.deps import A2ADep
 from muster_api.jsonbody import StrictJsonRoute
 
 router = APIRouter(prefix="/a2a", tags=["a2a"], route_class=StrictJsonRoute)
@@ -43,11 +43,6 @@ class CallOut(BaseModel):
     metadata: dict[str, Any]
 
 
-def _state(request: Request) -> A2AState:
-    state: A2AState = request.app.state.a2a
-    return state
-
-
 def _agents_out(agents: AgentSet) -> AgentsOut:
     return AgentsOut(
         agents=[agents.status[name] for name in sorted(agents.status)],
@@ -57,18 +52,27 @@ def _agents_out(agents: AgentSet) -> AgentsOut:
 
 
 @router.get("/agents")
-async def list_agents(request: Request) -> AgentsOut:
-    return _agents_out(_state(request).agents)
+async def list_agents(state: A2ADep) -> AgentsOut:
+    return _agents_out(state.agents)
 
 
-@router.post("/reload")
-async def reload_agents(request: Request) -> AgentsOut:
-    return _agents_out(await _state(request).reload())
+@router.post(
+    "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
+)
+async def reload_agents(state: A2ADep) -> AgentsOut:
+    return _agents_out(await state.reload())
 
 
-@router.post("/tools/{tool_name}/call", response_model=None)
-async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut | JSONResponse:
-    state = _state(request)
+@router.post(
+    "/tools/{tool_name}/call",
+    response_model=None,
+    responses={
+        202: {"description": "`wait: false`: the stored call, to follow at GET /a2a/calls/{call_id}"},
+        404: {"description": "no tool of that name is loaded (`tools` lists those there are)"},
+        409: {"description": "another instance took the call over; look it up by its id"},
+    },
+)
+async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JSONResponse:
     if not body.wait:
         record = await state.start(tool_name, body.task)
         return JSONResponse(record.model_dump(mode="json"), status_code=202)
@@ -77,9 +81,9 @@ async def call_tool(tool_name: str, body: CallIn, request: Request) -> CallOut |
     return CallOut(call_id=record.id, **record.result.model_dump())
 
 
-@router.get("/calls/{call_id}")
-async def get_call(call_id: str, request: Request) -> CallRecord:
-    record = await _state(request).store.get(call_id)
+@router.get("/calls/{call_id}", responses={404: {"description": "no stored call with that id"}})
+async def get_call(call_id: str, state: A2ADep) -> CallRecord:
+    record = await state.store.get(call_id)
     if record is None:
         raise UnknownCallError(call_id)
     return record

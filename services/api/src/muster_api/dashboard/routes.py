@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 STATIC = Path(__file__).parent / "static"
 ASSETS_PATH = "/ui"
+OAUTH2_REDIRECT = "/docs/oauth2-redirect"
 
 # Same-origin only: agent-supplied strings are rendered as text anyway, and no script, style or connection can reach
 # another host even if one slipped through.
@@ -41,11 +42,17 @@ async def docs(request: Request) -> HTMLResponse:
         swagger_js_url=f"{ASSETS_PATH}/swagger/swagger-ui-bundle.js",
         swagger_css_url=f"{ASSETS_PATH}/swagger/swagger-ui.css",
         swagger_favicon_url=f"{ASSETS_PATH}/swagger/favicon-32x32.png",
+        oauth2_redirect_url=OAUTH2_REDIRECT,
         # Swagger UI would otherwise send the whole document to a public validator for its badge.
         swagger_ui_parameters={"validatorUrl": None},
     )
     page.headers.update({**SECURITY_HEADERS, "Content-Security-Policy": DOCS_CSP})
     return page
+
+
+@router.get(OAUTH2_REDIRECT)
+async def docs_oauth2_redirect() -> HTMLResponse:
+    return get_swagger_ui_oauth2_redirect_html()
 
 
 def install(app: FastAPI) -> None:

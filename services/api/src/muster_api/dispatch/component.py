@@ -18,7 +18,7 @@ import anyio
 from fastapi import FastAPI
 
 from muster_a2a import AgentConfigError
-from muster_api.a2a.config import read_config
+from muster_api.configfile import read_config
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.notify import RunNotifier
 from muster_api.dispatch.settings import DispatchSettings

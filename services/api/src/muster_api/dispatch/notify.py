@@ -16,7 +16,7 @@ from anyio.abc import TaskStatus
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
-from muster_api.mesh.notify import PgNotifier
+from muster_api.db.notify import PgNotifier
 from muster_mesh import LocalNotifier
 from muster_mesh.notify import LocalSubscription
 

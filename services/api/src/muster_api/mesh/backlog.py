@@ -12,9 +12,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from muster_api.etag import conditional
-from muster_api.mesh.routes import AUTH_ERRORS, MAX_PAGE, Call, caller
+from muster_api.mesh.routes import AUTH_ERRORS, Call, caller
 from muster_mesh import BacklogList
-from muster_mesh.models import AgentId, Label, Repo
+from muster_mesh.models import MAX_PAGE, AgentId, Label, Repo
 
 router = APIRouter(prefix="/mesh", tags=["mesh"])
 

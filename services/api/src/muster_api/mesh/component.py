@@ -6,47 +6,22 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 import anyio
 from anyio.abc import TaskGroup
 from fastapi import FastAPI
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
-from muster_api.mesh.notify import PgNotifier
+from muster_api.db.notify import PgNotifier
 from muster_api.mesh.store import SqlMeshStore, TransactionNotifier
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.store_sqlite import SqliteMeshStore
 from muster_api.runtime import Runtime
-from muster_mesh import LocalNotifier, Mesh, MeshLimits
+from muster_mesh import LocalNotifier, Mesh
 from muster_mesh.store import Notifier
 
 log = logging.getLogger("muster.mesh")
-
-
-class MeshSettings(BaseSettings):
-    """``MUSTER_MESH_*`` variables (read when the app starts, never at import)."""
-
-    model_config = SettingsConfigDict(env_prefix="MUSTER_MESH_", extra="ignore", frozen=True)
-
-    max_message_bytes: int = Field(default=64 * 1024, ge=1, le=512 * 1024)
-    max_wait_seconds: float = Field(default=60.0, gt=0, le=60)
-    read_retention_hours: float = Field(default=7 * 24, gt=0)
-    expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
-    sweep_seconds: float = Field(default=300.0, gt=0)
-    fanout_per_minute: int = Field(default=60, ge=1, le=100_000)
-
-    def limits(self) -> MeshLimits:
-        return MeshLimits(
-            max_message_bytes=self.max_message_bytes,
-            max_wait_seconds=self.max_wait_seconds,
-            read_retention=timedelta(hours=self.read_retention_hours),
-            expired_agent_retention=timedelta(hours=self.expired_agent_retention_hours),
-            fanout_per_minute=self.fanout_per_minute,
-        )
 
 
 async def _sweep_forever(mesh: Mesh, every: float) -> None:
@@ -89,7 +64,7 @@ async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[S
 
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
-    settings = MeshSettings()
+    settings = runtime.settings.mesh
     parts = runtime.dialect.pick(sqlite=_on_sqlite, postgresql=_on_postgres)
     async with anyio.create_task_group() as tg, parts(runtime, tg) as (store, notifier):
         try:

@@ -46,17 +46,31 @@ from muster_mesh import (
     SendResult,
 )
 from muster_mesh.mesh import Mesh
-from muster_mesh.models import MAX_SEQ, AgentId, Cursor, Label, Repo
+from muster_mesh.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_PAGE,
+    MAX_SEQ,
+    MAX_WAIT_SECONDS,
+    AgentId,
+    Cursor,
+    Label,
+    Repo,
+)
 
 router = APIRouter(prefix="/mesh", tags=["mesh"], route_class=StrictJsonRoute)
 
 PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "no token, an unknown one, or its lease ended (`code` says which)", **PROBLEM},
+    401: {
+        "description": "no token, an unknown one, its lease ended or it was taken over (`code` says which)",
+        **PROBLEM,
+    },
     403: {"description": "the token is someone else's", **PROBLEM},
     422: {"description": "invalid input: `errors` names each field and rule", **PROBLEM},
 }
-MAX_PAGE = 500
+IDEMPOTENCY_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {"description": "the Idempotency-Key was used with other arguments", **PROBLEM}
+}
 
 # The headers are read by one dependency (``caller``) rather than declared per parameter: documented here instead.
 _BEARER = {
@@ -70,14 +84,14 @@ _KEY = {
     "name": "Idempotency-Key",
     "in": "header",
     "required": False,
-    "schema": {"type": "string", "pattern": "^[\\x21-\\x7e]{1,128}$"},
+    "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
     "description": "A retry with the same key answers the first result (header `Idempotent-Replayed: true`).",
 }
 READ_DOC: dict[str, Any] = {"parameters": [_BEARER]}
 WRITE_DOC: dict[str, Any] = {"parameters": [_BEARER, _KEY]}
 
 
-KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,128}$")
+KEY_PATTERN = re.compile(IDEMPOTENCY_KEY_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +146,14 @@ def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
     openapi_extra=WRITE_DOC,
     summary="agent_checkin: create or renew a presence lease",
     response_model=CheckinPreview | CheckinRecord,
-    responses=AUTH_ERRORS,
+    responses={
+        **AUTH_ERRORS,
+        409: {
+            "description": "the Idempotency-Key was used with other arguments, or its check-in already gave its "
+            "token (`token_given_once`: check in with `takeover: true` instead)",
+            **PROBLEM,
+        },
+    },
 )
 async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]) -> Response:
     """Without `confirm: true` the answer is a preview (`{preview, action, agent}`) and nothing changes. Confirmed,
@@ -192,6 +213,7 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, 
         404: {"description": "`to` names an agent that never checked in; nothing stored", **PROBLEM},
         409: {"description": "`to` names an expired agent (nothing stored), or an idempotency conflict", **PROBLEM},
         413: {"description": "body over 64 KiB", **PROBLEM},
+        429: {"description": "the sender's role/repo/cap fan-outs are over their rate; see Retry-After", **PROBLEM},
     },
 )
 async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> Response:
@@ -209,7 +231,7 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> R
     openapi_extra=READ_DOC,
     summary="agent_inbox: read (and long-poll) the caller's inbox",
     response_model=InboxPage,
-    responses=AUTH_ERRORS,
+    responses={**AUTH_ERRORS, 422: {"description": "invalid input, or `after` beyond the inbox", **PROBLEM}},
 )
 async def read_inbox(
     call: Annotated[Call, Depends(caller("after", "limit", "wait_seconds"))],
@@ -218,7 +240,7 @@ async def read_inbox(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     wait_seconds: Annotated[
-        float, Query(ge=0, le=60, description="Long-poll: answer as soon as a message is stored.")
+        float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: answer as soon as a message is stored.")
     ] = 0,
 ) -> Response:
     """Idempotent: the same `after` returns the same messages; reading never moves the stored cursor (ack does)."""
@@ -230,7 +252,7 @@ async def read_inbox(
     openapi_extra=WRITE_DOC,
     summary="Move the caller's stored cursor forward",
     response_model=AckPreview | AckResult,
-    responses=AUTH_ERRORS,
+    responses={**AUTH_ERRORS, **IDEMPOTENCY_CONFLICT},
 )
 async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Response:
     return answer(await call.mesh.ack(body, token=call.token, idempotency_key=call.key))
@@ -241,7 +263,7 @@ async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Res
     openapi_extra=WRITE_DOC,
     summary="Leave the roster: the lease ends now and the token stops working",
     response_model=CheckoutPreview | CheckoutResult,
-    responses=AUTH_ERRORS,
+    responses={**AUTH_ERRORS, **IDEMPOTENCY_CONFLICT},
 )
 async def checkout(
     call: Annotated[Call, Depends(caller())], body: Annotated[CheckoutRequest | None, Body()] = None

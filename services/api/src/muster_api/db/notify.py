@@ -1,4 +1,5 @@
-"""Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel.
+"""Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel per capability (the mesh's
+recipients, the runs of dispatch).
 
 The sending transaction itself NOTIFYs the recipients' agent ids (``notify_in_transaction``, run by the SQL store),
 so the notification leaves exactly when the message commits and costs no transaction of its own. Each notification
@@ -26,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
 
-log = logging.getLogger("muster.mesh.notify")
+log = logging.getLogger("muster.notify")
 
 CHANNEL = "muster_mesh"
 # NOTIFY payloads must stay under 8000 bytes; agent ids are at most 64 characters.

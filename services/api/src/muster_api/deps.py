@@ -1,0 +1,43 @@
+"""The service's shared dependencies, named once as ``Annotated`` aliases: a route takes ``runtime: RuntimeDep`` or
+``a2a: A2ADep`` instead of reaching into ``request.app.state`` itself.
+
+The capability modules (``muster_api.mesh``, ``.a2a``, ``.dispatch``) stay independent of each other (an
+import-linter contract), and every one of them may import this module: so it imports none of them at run time. The
+capability types are imported for the type checker only; at run time FastAPI needs the dependency, not the type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+from fastapi import Depends, Request
+
+from muster_api.runtime import Runtime
+from muster_mesh import Mesh
+
+if TYPE_CHECKING:
+    from muster_api.a2a.component import A2AState
+
+
+def get_runtime(request: Request) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def get_mesh(request: Request) -> Mesh:
+    mesh: Mesh = request.app.state.mesh
+    return mesh
+
+
+def get_a2a(request: Request) -> A2AState:
+    return request.app.state.a2a  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+MeshDep = Annotated[Mesh, Depends(get_mesh)]
+if TYPE_CHECKING:
+    A2ADep = Annotated[A2AState, Depends(get_a2a)]
+else:
+    A2ADep = Annotated[object, Depends(get_a2a)]
+
+__all__ = ["A2ADep", "MeshDep", "RuntimeDep", "get_a2a", "get_mesh", "get_runtime"]

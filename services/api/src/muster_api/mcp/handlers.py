@@ -1,0 +1,204 @@
+"""One handler per tool: arguments checked, the service called through the client, the answer put in words.
+
+A handler answers text or raises; ``outcome`` turns what it raised into an MCP tool error (``isError``) that says
+what went wrong and what to do — never a stack trace, never a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from muster_api.errors import ToolRefused
+from muster_api.mcp import tools, words
+from muster_api.mcp.session import AgentSession
+from muster_client import (
+    A2ACallResult,
+    ApiError,
+    CheckinPreview,
+    CheckoutPreview,
+    SendPreview,
+    ServiceUnreachable,
+    UnexpectedAnswer,
+)
+
+Handler = Callable[[AgentSession, dict[str, Any]], Awaitable[str]]
+
+HINTS: dict[str, str] = {
+    "token_required": "call agent_checkin with your agent_id and confirm: true first",
+    "agent_id_in_use": "another live session holds this agent_id: choose another agent_id, or wait for its lease "
+    "to end",
+    "not_the_holder": "another live session holds this agent_id: choose another agent_id",
+    "invalid_token": "check in again with agent_checkin (confirm: true)",
+    "lease_expired": "your lease ended: check in again with agent_checkin (confirm: true)",
+    "unauthorized": "check in again with agent_checkin (confirm: true); if this persists, MUSTER_API_KEY may be "
+    "missing or wrong in this MCP server's environment",
+    "forbidden": "MUSTER_API_KEY of this MCP server is not accepted by the service",
+    "recipient_not_found": "no such agent: see agents_list for the live agent ids",
+    "recipient_expired": "that agent is gone: see agents_list for the live ones",
+    "message_too_large": "shorten the body",
+    "invalid_request": "fix the named field(s) and call again",
+    "invalid_address": "give exactly one of to, role, repo, cap",
+    "idempotency_conflict": "use a new idempotency key",
+    "superseded": "another session took this agent_id over; this server's token no longer works: check in with "
+    "another agent_id",
+    "rate_limited": "too many role/repo/cap sends: wait before sending again, or address one agent with to",
+    "not_found": "see the tool list for the tools that exist now",
+}
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------- mesh tools
+
+
+async def checkin(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.CheckinArgs.model_validate(arguments)
+    answer, warnings = await session.checkin(args)
+    if isinstance(answer, CheckinPreview):
+        lines = [
+            f"Preview, nothing changed: this would {answer.action} agent {answer.agent.agent_id} — "
+            f"{words.record_summary(answer.agent, now())}.",
+            "Call agent_checkin again with confirm: true to act.",
+        ]
+    else:
+        verb = "Checked in" if answer.token else "Renewed"
+        lines = [
+            f"{verb} as {answer.agent_id} — {words.record_summary(answer, now())}.",
+            "Your session token is kept by this MCP server; every mesh call you make renews your presence.",
+        ]
+        if session.pane is not None and not warnings:
+            lines.append("Auto-wake is on: new messages prompt your Herdr pane to call agent_inbox.")
+    return "\n".join([*lines, *(f"Warning: {w}." for w in warnings)])
+
+
+async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.ListArgs.model_validate(arguments)
+    await session.flush()
+    page = await session.client.agents(
+        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=tools.MAX_PAGE
+    )
+    at = now()
+    if not page.agents:
+        return "No live agents match." if not args.include_expired else "No agents match."
+    lines = [f"{len(page.agents)} agent(s):", *(f"- {words.agent_line(a, at)}" for a in page.agents)]
+    if page.next_cursor:
+        lines.append("More agents exist than shown: narrow with repo, role or cap.")
+    return "\n".join(lines)
+
+
+async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.SendArgs.model_validate(arguments)
+    session.require()
+    await session.flush()
+    answer = await session.client.send(
+        args.body,
+        to=args.to,
+        role=args.role,
+        repo=args.repo,
+        cap=args.cap,
+        thread_id=args.thread_id,
+        confirm=args.confirm,
+    )
+    if isinstance(answer, SendPreview):
+        who = ", ".join(answer.recipients) or "nobody (no live agent matches)"
+        return f"Preview, nothing stored: the message would go to {who}. Call agent_send again with confirm: true."
+    if answer.stored == 0:
+        return "Nothing stored: no live agent matches that address (see agents_list)."
+    return f"Stored in {answer.stored} inbox(es): {', '.join(answer.recipients)} (stored, not yet read)."
+
+
+async def agent_inbox(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.InboxArgs.model_validate(arguments)
+    session.require()
+    await session.flush()
+    page = await session.read(wait_seconds=args.wait_seconds, limit=args.limit)
+    if not page.messages:
+        waited = f" (waited {words.duration(args.wait_seconds)})" if args.wait_seconds else ""
+        return f"No new messages{waited}."
+    at = now()
+    lines = [f"{len(page.messages)} new message(s):", *(words.message_line(m, at) for m in page.messages)]
+    if page.has_more:
+        lines.append("More are waiting: call agent_inbox again.")
+    return "\n".join(lines)
+
+
+async def agent_checkout(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.CheckoutArgs.model_validate(arguments)
+    agent_id = session.require()
+    await session.flush()
+    answer = await session.client.checkout(confirm=args.confirm)
+    if isinstance(answer, CheckoutPreview):
+        return f"Preview, nothing changed: {agent_id} would leave the mesh. Call agent_checkout with confirm: true."
+    session.ended()
+    return f"Checked out: {agent_id} left the mesh. Check in again to come back (a new session)."
+
+
+MESH_HANDLERS: dict[str, Handler] = {
+    tools.CHECKIN: checkin,
+    tools.LIST: agents_list,
+    tools.SEND: agent_send,
+    tools.INBOX: agent_inbox,
+    tools.CHECKOUT: agent_checkout,
+}
+
+
+# ---------------------------------------------------------------- A2A tools
+
+
+def a2a_words(tool: str, result: A2ACallResult) -> tuple[str, bool]:
+    """The remote agent's answer, and whether it is an error. An interrupted task says how to go on."""
+    task = result.metadata.get("task_id")
+    if result.state == "input-required":
+        return (
+            f"The remote agent needs more input before it can finish (task {task} is input-required). It asks:\n"
+            f"{result.text}\nTo continue, call {tool} again with a task that restates the request and includes "
+            "your answer.",
+            False,
+        )
+    if result.state == "auth-required":
+        agent = result.metadata.get("agent")
+        return (
+            f"The remote agent requires authentication (task {task} is auth-required): {result.text}\nIts "
+            f"credentials are configured in the service's agents block (agent {agent!r}); this tool cannot supply "
+            "them.",
+            True,
+        )
+    return result.text, result.is_error
+
+
+async def call_a2a(session: AgentSession, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
+    args = tools.A2AArgs.model_validate(arguments)
+    result = await session.client.a2a_call(tool, args.task)
+    return a2a_words(tool, result)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def failure(tool: str, exc: Exception, url: str) -> str:
+    """What went wrong and what to do, in words."""
+    if isinstance(exc, ValidationError):
+        named = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors())
+        return f"Invalid arguments for {tool}: {named}. Fix them and call {tool} again."
+    if isinstance(exc, ToolRefused):
+        return f"{tool} refused: {exc}."
+    if isinstance(exc, ServiceUnreachable):
+        return (
+            f"The Muster service at {url} is not reachable ({exc.reason}): start it with `muster serve`, or point "
+            f"MUSTER_URL at it, then call {tool} again."
+        )
+    if isinstance(exc, ApiError):
+        hint = HINTS.get(exc.code) or ("try again shortly" if exc.status >= 500 else "")
+        if exc.retry_after is not None:
+            wait = f"retry after {words.duration(exc.retry_after)}"
+            hint = f"{hint}; {wait}" if hint else wait
+        return f"{tool} failed: {exc.detail} (HTTP {exc.status}, code {exc.code}).{f' {hint}.' if hint else ''}"
+    if isinstance(exc, UnexpectedAnswer):
+        return f"{tool} failed: the service answered something unexpected ({exc}); check that MUSTER_URL is Muster."
+    raise exc

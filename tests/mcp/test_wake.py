@@ -1,0 +1,115 @@
+"""Herdr auto-wake by ``muster mcp``: a fake ``herdr`` on PATH records its argv. The exact fixed text with the
+unread count, one wake for a burst, at most one wake per interval, none for an empty inbox, the pane id absent
+from every request the service received (a recording proxy stands between the MCP server and the service)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from muster_client import AsyncMusterClient
+from tests.client.support import API_KEY
+from tests.mcp.proxy import recording_proxy
+from tests.mcp.support import call, fail, mcp_agent
+from tests.mesh.support import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+PANE = "herdr-pane-5e1f"
+INTERVAL = 5.0
+SETTLE = 1.0
+
+
+def fake_herdr(directory: Path) -> Path:
+    """A ``herdr`` that appends its argv and the time to ``wakes.jsonl``."""
+    directory.mkdir()
+    log = directory / "wakes.jsonl"
+    script = directory / "herdr"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, time\n"
+        f"with open({str(log)!r}, 'a') as out:\n"
+        "    out.write(json.dumps({'argv': sys.argv[1:], 'at': time.time()}) + '\\n')\n"
+    )
+    script.chmod(0o755)
+    return log
+
+
+def wakes(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+async def wake_number(log: Path, n: int) -> dict[str, Any]:
+    with anyio.fail_after(60):
+        while len(seen := wakes(log)) < n:
+            await anyio.sleep(0.05)
+    return seen[n - 1]
+
+
+def text(count: int) -> str:
+    return f"[auto-wake #2540] Hay {count} mensajes de Agent Mesh; llamá agent_inbox"
+
+
+async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> None:
+    log = fake_herdr(tmp_path / "bin")
+    reader, sender = f"{name}-reader", f"{name}-sender"
+    herdr_env = {
+        "HERDR_ENV": "1",
+        "HERDR_PANE_ID": PANE,
+        "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+        "MUSTER_MCP_WAKE_INTERVAL_SECONDS": str(INTERVAL),
+        "MUSTER_MCP_WAKE_SETTLE_SECONDS": str(SETTLE),
+    }
+    async with (
+        recording_proxy(service.base_url) as proxy,
+        mcp_agent(proxy.base, tmp_path / "state", **herdr_env) as agent,
+        AsyncMusterClient(service.base_url, api_key=API_KEY) as peer,
+    ):
+        refused = await fail(agent, "agent_checkin", agent_id=reader, herdr_pane="someone-elses-pane", confirm=True)
+        assert "must be your own pane id" in refused
+        joined = await call(agent, "agent_checkin", agent_id=reader, herdr_pane=PANE, confirm=True)
+        assert "Auto-wake is on" in joined
+        await peer.checkin(sender, confirm=True)
+
+        async with anyio.create_task_group() as burst:
+            for i in range(3):
+                burst.start_soon(lambda i=i: peer.send(f"burst {i}", to=reader, confirm=True))
+        first = await wake_number(log, 1)
+        assert first["argv"] == ["agent", "prompt", PANE, text(3)], "one wake for the burst, with its count"
+
+        await peer.send("one more", to=reader, confirm=True)
+        second = await wake_number(log, 2)
+        assert second["argv"][-1] == text(4), "unread, not fetched: counted again"
+        assert second["at"] - first["at"] >= INTERVAL - 0.1, "at most one wake per interval"
+
+        # Fetched while the next wake is held back: when the hold ends the inbox is empty, so no wake.
+        await peer.send("read before the wake", to=reader, confirm=True)
+        assert "5 new message(s)" in await call(agent, "agent_inbox")
+        hold_ends = second["at"] + INTERVAL + SETTLE
+        while time.time() < hold_ends:
+            await anyio.sleep(0.1)
+        await peer.send("after the hold", to=reader, confirm=True)
+        third = await wake_number(log, 3)
+        assert third["argv"][-1] == text(1)
+        assert [w["argv"][-1] for w in wakes(log)] == [text(3), text(4), text(1)], "no wake for an empty inbox"
+
+    assert any("/mesh/inbox/stream" in r for r in proxy.requests), "the MCP server followed its inbox via the proxy"
+    assert PANE not in proxy.everything(), "the pane id never reaches the service"
+
+
+async def test_herdr_missing_is_a_warning(service: ServerProcess, tmp_path: Path, name: str) -> None:
+    env = {"HERDR_ENV": "1", "HERDR_PANE_ID": PANE, "PATH": str(tmp_path / "empty")}
+    async with mcp_agent(service.base_url, tmp_path / "state", **env) as agent:
+        joined = await call(agent, "agent_checkin", agent_id=name, herdr_pane=PANE, confirm=True)
+        assert joined.startswith(f"Checked in as {name}")
+        assert "Warning: auto-wake is off: the herdr command is not on this MCP server's PATH." in joined
+        assert "No new messages" in await call(agent, "agent_inbox"), "the server goes on serving"
