@@ -53,7 +53,7 @@ async def dispatch_app(
 
 @dataclass
 class Stream:
-    events: list[dict[str, Any]] = field(default_factory=list)  # {id, event, data}
+    events: list[dict[str, Any]] = field(default_factory=list)  # {id, event (its type), data}
     result: dict[str, Any] | None = None
 
 
@@ -67,7 +67,8 @@ def parse_sse(lines: list[str]) -> Stream:
                 if current.get("event") == "result":
                     stream.result = data
                 else:
-                    stream.events.append({"id": int(current["id"]), "event": current.get("event"), "data": data})
+                    assert "event" not in current, "journal rows are unnamed messages"
+                    stream.events.append({"id": int(current["id"]), "event": data["event"]["type"], "data": data})
             current = {}
             continue
         if line.startswith(":"):
