@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 from pathlib import Path
 
@@ -49,3 +50,26 @@ def test_install_failure_exits_non_zero_with_one_line(tmp_path: Path) -> None:
 def test_install_refuses_an_unknown_harness() -> None:
     done = muster("install", "gemini")
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_install_on_a_terminal_shows_progress() -> None:
+    """On a terminal the progress display (rich) draws; the final line names the version."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "xterm"}
+    proc = subprocess.Popen([str(MUSTER), "install", "claude"], stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=600) == 0
+    out = b"".join(chunks).decode("utf-8", "replace")
+    assert "claude 2.1.328 ready at" in out
+    assert "\x1b[" in out, "a terminal gets the live display"
+    assert "installing claude…\n" not in out.replace("\r\n", "\n"), "not the plain lines of a pipe"
