@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import anyio
@@ -30,3 +31,12 @@ async def hold(input: AgentInput, context: CustomContext) -> AsyncIterator[Agent
 
 async def broken(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
     yield AgentEvent("failure", text="quota hit", code="quota")
+
+
+async def mark(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+    """Appends this process's pid to ``executions`` in the workspace: a run executed twice leaves two lines."""
+    with (context.workspace / "executions").open("a", encoding="utf-8") as file:
+        file.write(f"{os.getpid()}\n")
+    for index in range(5):
+        yield AgentEvent("text_delta", text=str(index))
+    yield AgentEvent("text", text=str(os.getpid()))

@@ -12,12 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.app import serve
+from muster_api.app import create_app
+from muster_api.settings import Settings
+from tests.support.live import live_server
 
 AGENTS: dict[str, Any] = {
     "fast": {"kind": "custom", "entrypoint": "tests.runs.agents:fast"},
     "hold": {"kind": "custom", "entrypoint": "tests.runs.agents:hold"},
     "broken": {"kind": "custom", "entrypoint": "tests.runs.agents:broken"},
+    "mark": {"kind": "custom", "entrypoint": "tests.runs.agents:mark"},
 }
 
 
@@ -40,14 +43,17 @@ def dispatch_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *, workers: in
 async def dispatch_app(
     db_url: str, tmp_path: Path, agents: Mapping[str, Any] | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
+    """The app over real loopback HTTP (httpx's ASGI transport would buffer an SSE stream until it ends)."""
     config = write_config(tmp_path / "muster.json", AGENTS if agents is None else agents)
-    async with serve(db_url, config=config) as client:
-        yield client
+    app = create_app(Settings(database_url=db_url, config=config))
+    with live_server(app) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            yield client
 
 
 @dataclass
 class Stream:
-    events: list[dict[str, Any]] = field(default_factory=list)  # {id, event, data}
+    events: list[dict[str, Any]] = field(default_factory=list)  # {id, event (its type), data}
     result: dict[str, Any] | None = None
 
 
@@ -61,7 +67,8 @@ def parse_sse(lines: list[str]) -> Stream:
                 if current.get("event") == "result":
                     stream.result = data
                 else:
-                    stream.events.append({"id": int(current["id"]), "event": current.get("event"), "data": data})
+                    assert "event" not in current, "journal rows are unnamed messages"
+                    stream.events.append({"id": int(current["id"]), "event": data["event"]["type"], "data": data})
             current = {}
             continue
         if line.startswith(":"):

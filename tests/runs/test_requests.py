@@ -73,6 +73,11 @@ async def test_missing_fields_and_bad_queries(db_url: str, tmp_path: Path, monke
         assert (await client.post(f"/dispatch/runs/{ID}/steer", json={"text": "x"})).status_code == 404
         response = await client.get(f"/dispatch/runs/{ID}/events", headers={"Last-Event-ID": "abc"})
         assert response.status_code == 422
+        twice = b'{"agent": "fast", "agent": "hold", "prompt": "p", "workspace": "w"}'
+        response = await client.post("/dispatch/runs", content=twice, headers={"content-type": "application/json"})
+        assert response.status_code == 422 and response.json()["errors"][0]["rule"] == "duplicate_key"
+        response = await client.post("/dispatch/runs", content=b"\xff", headers={"content-type": "application/json"})
+        assert response.status_code == 422
 
 
 async def test_unknown_and_broken_agents(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,5 @@
-"""The ``muster`` command: serve, migrate, version, mcp; the people's commands live in ``muster_api.console``."""
+"""The ``muster`` command: serve, migrate, version, mcp, worker, install; the people's commands live in
+``muster_api.console``."""
 
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from muster_api.console import register as register_console
 
     register_console(sub)
+
+    from muster_api.dispatch import commands as dispatch_commands
+
+    dispatch_commands.register(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

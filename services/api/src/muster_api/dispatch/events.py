@@ -1,5 +1,11 @@
 """A run's journal as a stream: SSE while it runs (resumable with Last-Event-ID on any instance), or the package's
-JSONL. Readers wait on the notifier and always re-read the rows: a wake-up only says "look"."""
+JSONL. Readers wait on the notifier and always re-read the rows: a wake-up only says "look".
+
+SSE: each journal row is a plain message (no ``event:`` field; ``id:`` its sequence number, ``data:`` the
+observation ``{seq, at, source, scope, event}``); the stream ends with one ``event: result`` carrying the run. The
+rows stay unnamed because an agent's own events include a ``result`` (the CLI's final answer): the one named event
+is the end of the stream, whatever the agent emitted.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +26,8 @@ KEEPALIVE_SECONDS = 15.0
 
 
 def sse_event(observation: Observation) -> str:
-    kind = str(observation.event.get("type", "raw"))
     data = json.dumps(observation.to_dict(), ensure_ascii=False)
-    return f"id: {observation.seq}\nevent: {kind}\ndata: {data}\n\n"
+    return f"id: {observation.seq}\ndata: {data}\n\n"
 
 
 async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIterator[str]:

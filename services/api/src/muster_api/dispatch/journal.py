@@ -54,6 +54,13 @@ class SqlJournal:
                 with anyio.CancelScope(shield=True):
                     await self.store.append_events(self.run_id, batch)
 
+    async def take_pending(self) -> list[Observation]:
+        """What is recorded and not stored yet, handed to the caller to store (the run's last write): no flush
+        runs meanwhile, and none will store these."""
+        async with self._lock:
+            batch, self._pending = self._pending, []
+            return batch
+
     async def keep_flushing(self) -> None:
         """Write each burst of events as it comes, until cancelled (the caller flushes once more afterwards)."""
         while True:

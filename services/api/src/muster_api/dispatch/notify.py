@@ -1,9 +1,10 @@
 """Wake-ups for run readers and workers: in-process on one instance, LISTEN/NOTIFY across instances.
 
-Keys are run ids (new events, a finish, a control for the worker executing the run) and ``NEW_RUN`` (a run was
-queued: idle workers look for it). The writing transaction NOTIFYs (delivered at its commit); after the commit the
-writer fires its own instance's waiters, which skip the echo. Waiters always re-read the database: a wake-up says
-"look", never what changed.
+Keys are run ids (new events, a finish: SSE readers), ``control_key(run_id)`` (a steer or cancel: the worker
+executing the run) and ``NEW_RUN`` (a run was queued: idle workers look for it). Controls have a key of their own so
+that the worker is not woken by its own events. The writing transaction NOTIFYs (delivered at its commit); after the
+commit the writer fires its own instance's waiters, which skip the echo. Waiters always re-read the database: a
+wake-up says "look", never what changed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from muster_mesh.notify import LocalSubscription
 
 CHANNEL = "muster_dispatch"
 NEW_RUN = "queued"
+
+
+def control_key(run_id: str) -> str:
+    return f"control:{run_id}"
 
 
 class RunNotifier:

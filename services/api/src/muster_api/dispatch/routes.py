@@ -13,11 +13,25 @@ from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
 from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
 from muster_api.dispatch.runs import cancel_run, create_run, steer_run
+from muster_api.jsonbody import StrictJsonRoute
 
-router = APIRouter(prefix="/dispatch", tags=["dispatch"])
-config_router = APIRouter(prefix="/config", tags=["config"])
+router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=StrictJsonRoute)
+config_router = APIRouter(prefix="/config", tags=["config"], route_class=StrictJsonRoute)
 
 ID_PATH = Path(pattern=ID_PATTERN)
+
+PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
+NO_RUN: dict[int | str, dict[str, Any]] = {404: {"description": "no run of that id", **PROBLEM}}
+POST_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: {"description": "no dispatch agent of that name, or no run to continue or replay", **PROBLEM},
+    409: {
+        "description": "the workspace has a queued or running run, the idempotency key was used for another "
+        "request, or the run to continue has no conversation (yet) / the run to replay is not finished",
+        **PROBLEM,
+    },
+    422: {"description": "invalid input (the field and the rule are named), or a broken agent definition", **PROBLEM},
+}
+OVER: dict[int | str, dict[str, Any]] = {409: {"description": "the run is over", **PROBLEM}}
 
 
 def _state(request: Request) -> DispatchState:
@@ -49,14 +63,14 @@ async def list_agents(request: Request) -> AgentsOut:
     return _agents_out(_state(request))
 
 
-@router.post("/reload")
+@router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
 async def reload_agents(request: Request) -> AgentsOut:
     state = _state(request)
     await state.reload()
     return _agents_out(state)
 
 
-@config_router.post("/reload")
+@config_router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
 async def reload_config(request: Request) -> dict[str, Any]:
     """Re-read the config file's two blocks: ``agents`` (A2A) and ``dispatch_agents``."""
     a2a = await request.app.state.a2a.reload()
@@ -72,7 +86,7 @@ def _accepted(run: Run) -> JSONResponse:
     return JSONResponse(run.model_dump(mode="json"), status_code=202, headers={"Location": f"/dispatch/runs/{run.id}"})
 
 
-@router.post("/runs", status_code=202, response_model=Run)
+@router.post("/runs", status_code=202, response_model=Run, responses=POST_ERRORS)
 async def post_run(body: RunIn, request: Request) -> JSONResponse:
     return _accepted(await create_run(_state(request), body))
 
@@ -98,12 +112,22 @@ async def _run(state: DispatchState, run_id: str) -> Run:
     return run
 
 
-@router.get("/runs/{run_id}")
+@router.get("/runs/{run_id}", responses=NO_RUN)
 async def get_run(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
     return await _run(_state(request), run_id)
 
 
-@router.get("/runs/{run_id}/events", response_model=None)
+@router.get(
+    "/runs/{run_id}/events",
+    response_model=None,
+    responses={
+        **NO_RUN,
+        200: {
+            "description": "SSE (journal rows, then `event: result`), or the journal as JSONL with `format=jsonl`",
+            "content": {"text/event-stream": {}, "application/jsonl": {}},
+        },
+    },
+)
 async def run_events(
     run_id: Annotated[str, ID_PATH],
     request: Request,
@@ -125,11 +149,11 @@ async def run_events(
     )
 
 
-@router.post("/runs/{run_id}/steer", status_code=202)
+@router.post("/runs/{run_id}/steer", status_code=202, responses={**NO_RUN, **OVER})
 async def steer(run_id: Annotated[str, ID_PATH], body: SteerIn, request: Request) -> Run:
     return await steer_run(_state(request), run_id, body.text)
 
 
-@router.post("/runs/{run_id}/cancel", status_code=202)
+@router.post("/runs/{run_id}/cancel", status_code=202, responses={**NO_RUN, **OVER})
 async def cancel(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
     return await cancel_run(_state(request), run_id)

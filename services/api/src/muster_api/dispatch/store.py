@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.dispatch.models import ACTIVE, Run
-from muster_api.dispatch.notify import NEW_RUN, RunNotifier
+from muster_api.dispatch.notify import NEW_RUN, RunNotifier, control_key
 from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
 from muster_dispatch import Observation
 from muster_dispatch.conversations import check_key, checked_snapshot
@@ -85,8 +85,9 @@ class SqlRunStore:
             rows = (await conn.execute(query)).mappings().all()
         return [run_of(row) for row in rows]
 
-    async def claim(self, owner: str, now: datetime, until: datetime) -> Run | None:
-        """The oldest queued run, now running under ``owner`` until ``until``; None when none is queued."""
+    async def claim(self, owner: str, now: datetime, until: datetime) -> tuple[Run, bool] | None:
+        """The oldest queued run, now running under ``owner`` until ``until``, and whether controls wait for it;
+        None when none is queued."""
         candidate = select(runs.c.id).where(runs.c.status == "queued").order_by(runs.c.id).limit(1)
         async with self.engine.begin() as conn:
             run_id = (await conn.execute(self.dialect.lock_claimable(candidate))).scalar()
@@ -99,12 +100,14 @@ class SqlRunStore:
                 .returning(*runs.columns)
             )
             row = (await conn.execute(stmt)).mappings().first()
-            if row is not None:
-                await self.notifier.in_transaction(conn, [run_id])
-        if row is None:
-            return None
+            if row is None:
+                return None
+            # Steering or a cancel posted while the run was queued: the worker reads them before it starts.
+            pending = select(exists().where(controls.c.run_id == run_id))
+            has_controls = bool((await conn.execute(pending)).scalar())
+            await self.notifier.in_transaction(conn, [run_id])
         self.notifier.fire([run_id])
-        return run_of(row)
+        return run_of(row), has_controls
 
     async def renew(self, run_id: str, owner: str, until: datetime) -> bool:
         stmt = (
@@ -115,14 +118,26 @@ class SqlRunStore:
         async with self.engine.begin() as conn:
             return (await conn.execute(stmt)).rowcount == 1
 
-    async def finish(self, run_id: str, owner: str, values: dict[str, Any]) -> bool:
-        """Record the outcome of a run this owner still holds; False when it was taken from it (interrupted)."""
+    async def finish(
+        self, run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation] | None = None
+    ) -> bool:
+        """Record the outcome of a run this owner still holds, with the journal rows not stored yet (one transaction:
+        a reader that sees the run finished sees its whole journal); False when the run was taken from the owner
+        (interrupted), and then the rows are not stored either."""
         stmt = (
             update(runs)
             .where(runs.c.id == run_id, runs.c.worker == owner, runs.c.status == "running")
             .values(**values, active_workspace=None, lease_expires_at=None)
         )
-        return await self._write_and_wake(stmt, [run_id])
+        async with self.engine.begin() as conn:
+            changed = (await conn.execute(stmt)).rowcount == 1
+            if changed and last_events:
+                await conn.execute(insert(events), _event_rows(run_id, last_events))
+            if changed:
+                await self.notifier.in_transaction(conn, [run_id])
+        if changed:
+            self.notifier.fire([run_id])
+        return changed
 
     async def cancel_queued(self, run_id: str, now: datetime) -> bool:
         stmt = (
@@ -175,9 +190,9 @@ class SqlRunStore:
                 return None
             if row["status"] in ACTIVE:
                 await conn.execute(insert(controls).values(run_id=run_id, kind=kind, text=text, created_at=now))
-                await self.notifier.in_transaction(conn, [run_id])
+                await self.notifier.in_transaction(conn, [control_key(run_id)])
         if row["status"] in ACTIVE:
-            self.notifier.fire([run_id])
+            self.notifier.fire([control_key(run_id)])
         return run_of(row)
 
     async def controls_after(self, run_id: str, after: int) -> list[tuple[int, str, str | None]]:
@@ -192,12 +207,8 @@ class SqlRunStore:
     # -- journal rows -------------------------------------------------------------------------------------------
 
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
-        rows = [
-            {"run_id": run_id, "seq": o.seq, "at": o.at, "source": o.source, "scope": o.scope, "event": o.event}
-            for o in batch
-        ]
         async with self.engine.begin() as conn:
-            await conn.execute(insert(events), rows)
+            await conn.execute(insert(events), _event_rows(run_id, batch))
             await self.notifier.in_transaction(conn, [run_id])
         self.notifier.fire([run_id])
 
@@ -216,6 +227,13 @@ class SqlRunStore:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
         async with self.engine.connect() as conn:
             return int((await conn.execute(query)).scalar() or 0)
+
+
+def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
+    return [
+        {"run_id": run_id, "seq": o.seq, "at": o.at, "source": o.source, "scope": o.scope, "event": o.event}
+        for o in batch
+    ]
 
 
 class SqlConversationStore:

@@ -18,7 +18,7 @@ import anyio
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN
+from muster_api.dispatch.notify import NEW_RUN, control_key
 from muster_api.dispatch.workspaces import resolve_workspace
 from muster_dispatch import (
     AgentEvent,
@@ -63,12 +63,12 @@ async def work_forever(state: DispatchState, owner: str) -> None:
             async with state.notifier.subscribe(NEW_RUN) as sub:
                 now = state.runtime.now()
                 with shielded():
-                    run = await state.store.claim(owner, now, now + state.lease)
-                if run is None:
+                    claimed = await state.store.claim(owner, now, now + state.lease)
+                if claimed is None:
                     with anyio.move_on_after(idle_wait(state)):
                         await sub.wait()
                     continue
-            await execute(state, run, owner)
+            await execute(state, *claimed, owner)
         except Exception:  # a database hiccup must not end the worker: the next claim retries
             log.exception("dispatch worker %s failed; retrying", owner)
             await anyio.sleep(idle_wait(state))
@@ -117,7 +117,7 @@ def failed(error: DispatchError | RunRequestError, finished_at: Any) -> dict[str
     return {"status": "failed", "finished_at": finished_at, "error": _json({"details": {}, **body})}
 
 
-async def execute(state: DispatchState, run: Run, owner: str) -> None:
+async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str) -> None:
     store, now = state.store, state.runtime.now
     journal = SqlJournal(store, run.id, now)
     try:
@@ -134,7 +134,7 @@ async def execute(state: DispatchState, run: Run, owner: str) -> None:
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(journal.keep_flushing)
-            group.start_soon(_follow_controls, state, run, running, journal)
+            group.start_soon(_follow_controls, state, run, running, journal, has_controls)
             group.start_soon(_keep_lease, state, run, owner, running)
             try:
                 values = outcome(await running.result(), now())
@@ -147,8 +147,7 @@ async def execute(state: DispatchState, run: Run, owner: str) -> None:
                 await running.cancel()
                 error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
                 values = {"status": "interrupted", "finished_at": now(), "error": error}
-            await journal.flush()
-            if not await store.finish(run.id, owner, values):
+            if not await store.finish(run.id, owner, values, await journal.take_pending()):
                 log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
 
 
@@ -167,15 +166,20 @@ async def _keep_lease(state: DispatchState, run: Run, owner: str, running: Dispa
             return
 
 
-async def _follow_controls(state: DispatchState, run: Run, running: Dispatch, journal: SqlJournal) -> None:
+async def _follow_controls(
+    state: DispatchState, run: Run, running: Dispatch, journal: SqlJournal, look_first: bool
+) -> None:
     seen = 0
-    async with state.notifier.subscribe(run.id) as sub:
+    look = look_first
+    async with state.notifier.subscribe(control_key(run.id)) as sub:
         while True:
-            with shielded():
-                pending = await state.store.controls_after(run.id, seen)
-            for control_id, kind, text in pending:
-                seen = control_id
-                await _apply(kind, text, running, journal)
+            if look:
+                with shielded():
+                    pending = await state.store.controls_after(run.id, seen)
+                for control_id, kind, text in pending:
+                    seen = control_id
+                    await _apply(kind, text, running, journal)
+            look = True
             with anyio.move_on_after(idle_wait(state)):
                 await sub.wait()
 

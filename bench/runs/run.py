@@ -1,0 +1,272 @@
+"""Runs benchmark: dispatch through the service against ``dispatch()`` in one process, and SSE latency across
+instances, each with a ratio against a baseline measured in the same run.
+
+1. Throughput of short runs (a custom agent emitting 20 events): 100 runs posted to an API process (no workers of its
+   own) and executed by ``muster worker`` processes of one worker each — one, then two — until the last run's stream
+   ended, against the same agent through ``muster_dispatch.dispatch()`` one run after the other in this process (with
+   an in-memory journal). Goal with one worker on PostgreSQL: ratio >= 0.5.
+2. SSE event latency p50/p99: a run's agent stamps each of its events with the wall clock as it yields it; a client
+   of the OTHER API instance (the run posted to the first) receives them over SSE; latency = receipt - stamp. Against
+   the no-op round trip (``GET /healthz``) of that same instance. Goal: p99 <= 3x.
+
+Processes: two ``muster serve`` and up to two ``muster worker`` on one database, 127.0.0.1. PostgreSQL when
+MUSTER_TEST_POSTGRES_URL points at 127.0.0.1 (a fresh database, dropped after), else SQLite (the second figure then
+has no cross-process wake-up to measure: it says so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import bench_agents  # noqa: E402
+
+from muster_dispatch import AgentInput, Journal, custom_agent, dispatch  # noqa: E402
+
+MUSTER = Path(sys.executable).with_name("muster")
+RUNS = 100
+WARMUP = 10
+NOOP_SAMPLES = 400
+AGENTS = {
+    "twenty": {"kind": "custom", "entrypoint": "bench_agents:twenty"},
+    "ticker": {"kind": "custom", "entrypoint": "bench_agents:ticker"},
+}
+
+
+def ratio_line(name: str, value: float, unit: str, baseline_name: str, baseline: float, goal: str, ok: bool) -> None:
+    ratio = value / baseline if baseline else float("inf")
+    verdict = "meets" if ok else "MISSES"
+    print(
+        f"  {name:<34} {value:>9.2f} {unit:<6} | {baseline_name:<30} {baseline:>9.2f} {unit:<6} | "
+        f"ratio {ratio:5.2f} ({verdict} goal {goal})",
+        flush=True,
+    )
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Cluster:
+    def __init__(self, db_url: str, tmp: Path) -> None:
+        self.tmp = tmp
+        config = tmp / "muster.json"
+        config.write_text(json.dumps({"dispatch_agents": AGENTS}))
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")},
+            "MUSTER_DATABASE_URL": db_url,
+            "MUSTER_CONFIG": str(config),
+            "MUSTER_LOG_LEVEL": "WARNING",
+            "MUSTER_WORKSPACES_ROOT": str(tmp / "workspaces"),
+            "MUSTER_DISPATCH_HOMES": str(tmp / "homes"),
+            "PYTHONPATH": str(HERE),
+        }
+        self.stack = ExitStack()
+
+    def _spawn(self, args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+        log = (self.tmp / f"{name}.log").open("wb")
+        self.stack.callback(log.close)
+        proc = subprocess.Popen([str(MUSTER), *args], env=env, stdout=log, stderr=log)
+
+        def stop() -> None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+        self.stack.callback(stop)
+        return proc
+
+    def api(self, name: str) -> str:
+        port = free_port()
+        proc = self._spawn(["serve", "--port", str(port)], {**self.env, "MUSTER_DISPATCH_WORKERS": "0"}, name)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start: {(self.tmp / f'{name}.log').read_text()}")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                    return base
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+
+    def worker(self, name: str) -> subprocess.Popen[bytes]:
+        env = {**self.env, "MUSTER_DISPATCH_WORKERS": "1", "MUSTER_LOG_LEVEL": "INFO"}
+        proc = self._spawn(["worker"], env, name)
+        deadline = time.monotonic() + 60
+        while "worker(s) ready" not in (self.tmp / f"{name}.log").read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not start")
+            time.sleep(0.05)
+        return proc
+
+
+async def until_over(client: httpx.AsyncClient, run_id: str) -> None:
+    async with client.stream("GET", f"/dispatch/runs/{run_id}/events") as response:
+        async for line in response.aiter_lines():
+            if line == "event: result":
+                return
+
+
+async def post(client: httpx.AsyncClient, agent: str, workspace: str) -> str:
+    response = await client.post("/dispatch/runs", json={"agent": agent, "prompt": "go", "workspace": workspace})
+    response.raise_for_status()
+    run_id: str = response.json()["id"]
+    return run_id
+
+
+async def api_throughput(client: httpx.AsyncClient, tag: str) -> float:
+    for index in range(WARMUP):
+        await until_over(client, await post(client, "twenty", f"{tag}-warm{index}"))
+    started = time.perf_counter()
+    ids = [await post(client, "twenty", f"{tag}-{index}") for index in range(RUNS)]
+    for run_id in ids:
+        await until_over(client, run_id)
+    elapsed = time.perf_counter() - started
+    page = (await client.get("/dispatch/runs", params={"status": "completed", "limit": 200})).json()
+    assert sum(1 for r in page["runs"] if r["id"] in set(ids)) == RUNS, "every run completed"
+    return RUNS / elapsed
+
+
+async def local_throughput(tmp: Path) -> float:
+    agent = custom_agent(bench_agents.twenty, name="twenty")
+    workspace = tmp / "local"
+    workspace.mkdir()
+    for _ in range(WARMUP):
+        await dispatch(agent, AgentInput("go"), workspace=workspace, journal=Journal()).result()
+    started = time.perf_counter()
+    for _ in range(RUNS):
+        result = await dispatch(agent, AgentInput("go"), workspace=workspace, journal=Journal()).result()
+        assert result.status == "completed"
+    return RUNS / (time.perf_counter() - started)
+
+
+async def noop_round_trip(client: httpx.AsyncClient) -> list[float]:
+    samples = []
+    for _ in range(NOOP_SAMPLES):
+        started = time.perf_counter()
+        (await client.get("/healthz")).raise_for_status()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+async def sse_latency(first: httpx.AsyncClient, other: httpx.AsyncClient) -> list[float]:
+    run_id = await post(first, "ticker", "ticker")
+    latencies: list[float] = []
+    async with other.stream("GET", f"/dispatch/runs/{run_id}/events") as response:
+        async for line in response.aiter_lines():
+            if line == "event: result":
+                break
+            if not line.startswith("data: "):
+                continue
+            received = time.time()
+            event = json.loads(line[6:])["event"]
+            if isinstance(event.get("data"), dict) and "t" in event["data"]:
+                latencies.append((received - event["data"]["t"]) * 1000)
+    return latencies[10:]  # the first ones meet connections still warming up
+
+
+@contextmanager
+def cluster(db_url: str, tmp: Path) -> Iterator[Cluster]:
+    group = Cluster(db_url, tmp)
+    with group.stack:
+        yield group
+
+
+async def run_on(label: str, db_url: str, shared: bool) -> None:
+    print(f"== {label}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        local = await local_throughput(tmp)
+        with cluster(db_url, tmp) as group:
+            first_url, other_url = group.api("api-1"), group.api("api-2")
+            async with (
+                httpx.AsyncClient(base_url=first_url, timeout=120) as first,
+                httpx.AsyncClient(base_url=other_url, timeout=120) as other,
+            ):
+                group.worker("worker-1")
+                one = await api_throughput(first, "one")
+                ratio_line(
+                    "runs/s, API + 1 worker",
+                    one,
+                    "run/s",
+                    "dispatch() in one process",
+                    local,
+                    ">= 0.5x",
+                    one >= 0.5 * local,
+                )
+                group.worker("worker-2")
+                two = await api_throughput(first, "two")
+                ratio_line("runs/s, API + 2 workers", two, "run/s", "dispatch() in one process", local, "(none)", True)
+                if not shared:
+                    print("  SSE latency across instances: skipped (SQLite wakes no other process; readers poll)")
+                    return
+                noop = await noop_round_trip(other)
+                latencies = await sse_latency(first, other)
+                n50, n99 = pct(noop, 0.5), pct(noop, 0.99)
+                p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)
+                ratio_line("SSE event latency p50 (other API)", p50, "ms", "no-op round trip p50", n50, "(none)", True)
+                ratio_line(
+                    "SSE event latency p99 (other API)", p99, "ms", "no-op round trip p99", n99, "<= 3x", p99 <= 3 * n99
+                )
+                print(f"  ({len(latencies)} events, {RUNS} runs of {bench_agents.EVENTS} events per throughput figure)")
+
+
+@asynccontextmanager
+async def fresh_postgres(admin_url: str) -> AsyncIterator[str]:
+    import asyncpg  # type: ignore[import-untyped]
+
+    name = f"muster_bench_runs_{os.getpid()}"
+    base = admin_url.rpartition("/")[0]
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"{base}/{name}"
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+async def main() -> None:
+    started = time.perf_counter()
+    pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
+    if "@127.0.0.1" in pg_admin or "@localhost" in pg_admin:
+        async with fresh_postgres(pg_admin) as url:
+            await run_on("PostgreSQL", url, shared=True)
+    else:
+        print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
+    with tempfile.TemporaryDirectory() as tmp:
+        await run_on("SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}", shared=False)
+    print(f"== done in {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    anyio.run(main)

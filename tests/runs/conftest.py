@@ -1,0 +1,9 @@
+"""The run tests use the fake model servers and the installed CLIs of the dispatch tests."""
+
+from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
+    anthropic_server,
+    fake_anthropic,
+    fake_openai,
+    installed_clis,
+    openai_server,
+)
