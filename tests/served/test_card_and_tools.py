@@ -96,6 +96,13 @@ async def test_refusals_and_a_quota_failure_say_what_happened(
         bad_context = _rpc(url, "SendMessage", _message("x", contextId="../etc"))
         assert "contextId" in bad_context["error"]["message"]  # type: ignore[index]
 
+        # Media types: a JSON-RPC body not declared JSON is ContentTypeNotSupportedError; REST answers are JSON.
+        wrong = httpx.post(url, content=b"{}", headers={"Content-Type": "text/plain", "A2A-Version": "1.0"}).json()
+        assert wrong["error"]["code"] == -32005
+        rest = httpx.post(f"{url}/rest/message:send", json=_message("rest"), headers={"A2A-Version": "1.0"})
+        assert rest.headers["content-type"] == "application/json"
+        assert rest.json()["task"]["artifacts"][0]["parts"][0]["text"] == "echo: rest"
+
         limited = _rpc(f"{base}/a2a/serve/limited", "SendMessage", _message("go"))["result"]["task"]  # type: ignore[index]
         assert limited["status"]["state"] == "TASK_STATE_FAILED"
         said = limited["status"]["message"]["parts"][0]["text"]
@@ -112,3 +119,16 @@ async def test_api_keys_guard_the_served_agents(db_url: str, tmp_path: Path, mon
         assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"  # type: ignore[index]
         agent = await remote_agent(url, allow_http=True, headers={"X-API-Key": "k-served"})
         assert agent.error is None and (await agent.tools[0].call("hi")).text == "echo: hi"
+
+
+async def test_a_setting_makes_the_cards_public_and_only_them(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MUSTER_A2A_SERVE_PUBLIC_CARDS", "true")
+    settings = served_settings(db_url, tmp_path, monkeypatch, api_keys=["k-served"])
+    with live_muster(settings) as base:
+        url = f"{base}/a2a/serve/echo"
+        assert fetch_card(base)["name"] == "echo"
+        assert httpx.post(url, json={}).status_code == 401
+        assert httpx.get(f"{url}/rest/tasks").status_code == 401
+        assert httpx.get(f"{base}/a2a/serve/echo/x/.well-known/agent-card.json").status_code == 401

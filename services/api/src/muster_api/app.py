@@ -26,7 +26,7 @@ from muster_api.mesh.routes import router as mesh_router
 from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit, Unhandled
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
-from muster_api.served.apps import ServedAgents
+from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
 from muster_api.settings import Settings
 
 log = logging.getLogger("muster.api")
@@ -73,7 +73,11 @@ def create_app(
     # Outermost last: the access log sees every answer, including the guard's and the body limit's.
     app.add_middleware(Unhandled)
     app.add_middleware(BodyLimit)
-    app.add_middleware(ApiKeyGuard, keys=[k.get_secret_value() for k in settings.api_keys])
+    app.add_middleware(
+        ApiKeyGuard,
+        keys=[k.get_secret_value() for k in settings.api_keys],
+        public=PUBLIC_CARDS if settings.a2a.serve_public_cards else None,
+    )
     app.add_middleware(AccessLog)
     return app
 
