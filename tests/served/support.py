@@ -7,6 +7,10 @@ limited  fails with a quota error whose reset is known
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -24,6 +28,9 @@ from muster_api.app import create_app
 from muster_api.settings import Settings
 from muster_dispatch import AgentEvent, AgentInput
 from tests.support.live import live_server
+from tests.support.net import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RESET_AT = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -79,6 +86,41 @@ def served_settings(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("MUSTER_WORKSPACES_ROOT", str(tmp_path / "workspaces"))
     monkeypatch.setenv("MUSTER_DISPATCH_HOMES", str(tmp_path / "homes"))
     return Settings(database_url=db_url, config=write_config(tmp_path / "muster.toml"), **settings)  # type: ignore[arg-type]
+
+
+@contextmanager
+def muster_process(db_url: str, tmp_path: Path) -> Iterator[str]:
+    """``muster serve`` in a process of its own (as an operator starts it) serving the agents of ``CONFIG``."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+    env.update(
+        PYTHONPATH=str(ROOT),  # the test agents' entrypoints live in this repository's tests
+        MUSTER_DATABASE_URL=db_url,
+        MUSTER_CONFIG=str(write_config(tmp_path / "muster.toml")),
+        MUSTER_WORKSPACES_ROOT=str(tmp_path / "workspaces"),
+        MUSTER_DISPATCH_HOMES=str(tmp_path / "homes"),
+        MUSTER_LOG_LEVEL="WARNING",
+    )
+    command = [sys.executable, "-m", "muster_api.cli", "serve", "--port", str(port)]
+    base = f"http://127.0.0.1:{port}"
+    with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            deadline = time.monotonic() + 60
+            while not _ready(base):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("muster serve did not start")
+                time.sleep(0.1)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def _ready(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/readyz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 @contextmanager

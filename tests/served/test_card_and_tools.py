@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from muster_a2a import remote_agent
-from tests.served.support import RESET_AT, fetch_card, live_muster, run_of, served_settings
+from tests.served.support import RESET_AT, fetch_card, live_muster, muster_process, run_of, served_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -60,10 +60,8 @@ async def test_the_card_declares_protocol_1_0_interfaces_only(
             assert answer["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: slash"  # type: ignore[index]
 
 
-async def test_muster_a2a_tools_resume_by_context_and_cancel_on_timeout(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with live_muster(served_settings(db_url, tmp_path, monkeypatch)) as base:
+async def test_muster_a2a_tools_resume_by_context_and_cancel_on_timeout(db_url: str, tmp_path: Path) -> None:
+    with muster_process(db_url, tmp_path) as base:
         echo = await remote_agent(f"{base}/a2a/serve/echo", allow_http=True)
         assert echo.error is None, echo.error
         [tool] = echo.tools
