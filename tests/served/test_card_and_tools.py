@@ -130,3 +130,20 @@ async def test_a_setting_makes_the_cards_public_and_only_them(
         assert httpx.post(url, json={}).status_code == 401
         assert httpx.get(f"{url}/rest/tasks").status_code == 401
         assert httpx.get(f"{base}/a2a/serve/echo/x/.well-known/agent-card.json").status_code == 401
+
+
+async def test_a_reload_serves_a_newly_marked_agent_and_stops_serving_an_unmarked_one(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = served_settings(db_url, tmp_path, monkeypatch)
+    with live_muster(settings) as base:
+        assert httpx.get(f"{base}/a2a/serve/hidden/.well-known/agent-card.json").status_code == 404
+        settings.config.write_text(
+            '[dispatch_agents.hidden]\nkind = "custom"\nentrypoint = "tests.served.support:echo"\na2a = true\n'
+            '[dispatch_agents.waiter]\nkind = "custom"\nentrypoint = "tests.served.support:waiter"\n'
+        )
+        assert httpx.post(f"{base}/config/reload").status_code == 200
+        assert fetch_card(base, "hidden")["name"] == "hidden"
+        assert httpx.get(f"{base}/a2a/serve/waiter/.well-known/agent-card.json").status_code == 404
+        answer = _rpc(f"{base}/a2a/serve/hidden", "SendMessage", _message("new"))
+        assert answer["result"]["task"]["artifacts"][0]["parts"][0]["text"] == "echo: new"  # type: ignore[index]
