@@ -91,6 +91,11 @@ async def test_refusals_and_a_quota_failure_say_what_happened(
         assert "takes no further message" in again["error"]["message"]  # type: ignore[index]
         not_cancelable = _rpc(url, "CancelTask", {"id": done["id"]})
         assert not_cancelable["error"]["code"] == -32002  # type: ignore[index]
+        finished = _rpc(url, "SubscribeToTask", {"id": done["id"]})
+        assert finished["error"]["code"] == -32004 and "terminal" in finished["error"]["message"]  # type: ignore[index]
+        for params, words in (({"pageSize": 0}, "page size"), ({"pageToken": "not-ours"}, "pageToken")):
+            listed = _rpc(url, "ListTasks", params)
+            assert listed["error"]["code"] == -32602 and words in listed["error"]["message"], listed  # type: ignore[index]
         bad_context = _rpc(url, "SendMessage", _message("x", contextId="../etc"))
         assert "contextId" in bad_context["error"]["message"]  # type: ignore[index]
 
