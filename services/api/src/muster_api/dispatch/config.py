@@ -3,6 +3,7 @@
 NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` | ``{kind = "fallback", agents, on}`` |
 ``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in variables is expanded as in the agents
 block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are unaffected.
+Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the agent is then served over A2A too.
 """
 
 from __future__ import annotations
