@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,12 +51,23 @@ def refused(result: subprocess.CompletedProcess[str], *needles: str) -> str:
         ({"MUSTER_LOG_LEVEL": "verbose"}, ("MUSTER_LOG_LEVEL", "'DEBUG'")),
         ({"MUSTER_DATABASE_URL": "mysql://h/db"}, ("MUSTER_DATABASE_URL", "mysql")),
         ({"MUSTER_HOST": "0.0.0.0"}, ("0.0.0.0", "MUSTER_API_KEYS", "MUSTER_ALLOW_OPEN_BIND")),
+        ({"MUSTER_MESH_MAX_WAIT_SECONDS": "100"}, ("MUSTER_MESH_MAX_WAIT_SECONDS", "60")),
+        ({"MUSTER_MESH_FANOUT_PER_MINUTE": "none"}, ("MUSTER_MESH_FANOUT_PER_MINUTE", "integer")),
     ],
 )
 def test_bad_settings_are_one_line(env: dict[str, str], needles: tuple[str, ...], tmp_path: object) -> None:
     line = refused(muster("serve", **{"MUSTER_DATABASE_URL": f"sqlite:///{tmp_path}/s.db", **env}), *needles)
     if "MUSTER_API_KEYS" in env:
         assert "secret" not in line and "padded" not in line, "a key's value is never repeated"
+
+
+def test_a_missing_or_broken_config_file_is_one_line(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path}/c.db"
+    missing = tmp_path / "absent.toml"
+    refused(muster("serve", MUSTER_DATABASE_URL=db, MUSTER_CONFIG=str(missing)), "MUSTER_CONFIG", "does not exist")
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[agents\n", encoding="utf-8")
+    refused(muster("serve", MUSTER_DATABASE_URL=db, MUSTER_CONFIG=str(broken)), "MUSTER_CONFIG", "invalid TOML")
 
 
 def test_an_unreachable_postgresql_is_one_line() -> None:

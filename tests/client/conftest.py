@@ -1,5 +1,6 @@
 """One live service per test module and database: a server process costs seconds to start on a shared machine,
-and each test here works under its own agent ids, so the tests of a module share it."""
+and each test here works under its own agent ids, so the tests of a module share it. ``db_url`` is therefore
+module-scoped here (same legs, same ids, counted as the root fixture's)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from tests.support.databases import PostgresServer
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``db_url`` for a whole module: a new SQLite file, or a new PostgreSQL database dropped afterwards."""
+def db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database for a whole module: a new SQLite file, or a new PostgreSQL database dropped afterwards."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path_factory.mktemp('db') / 'muster.db'}"
         return
@@ -28,8 +29,8 @@ def module_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="module")
-def service(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with live_service(module_db_url, tmp_path_factory.mktemp("config")) as server:
+def service(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with live_service(db_url, tmp_path_factory.mktemp("config")) as server:
         yield server
 
 

@@ -1,5 +1,5 @@
-"""A live Muster service for client-side tests: a real server process on loopback, with an API key and, when given,
-remote A2A agents in its config file."""
+"""A live Muster service for client-side tests: a real server process on loopback, with an API key, custom dispatch
+agents and, when given, remote A2A agents in its config file."""
 
 from __future__ import annotations
 
@@ -15,9 +15,16 @@ from tests.mesh.support import ServerProcess, server_process
 API_KEY = "client-test-key"
 
 
-def write_agents(path: Path, agents: dict[str, dict[str, object]]) -> Path:
-    """The ``agents`` block as a JSON config file (``MUSTER_CONFIG`` accepts JSON as well as TOML)."""
-    path.write_text(json.dumps({"agents": agents}), encoding="utf-8")
+CUSTOM_AGENTS: dict[str, dict[str, object]] = {
+    "fast": {"kind": "custom", "entrypoint": "tests.runs.agents:fast"},
+    "broken": {"kind": "custom", "entrypoint": "tests.runs.agents:broken"},
+}
+"""Dispatch agents of every live service here: custom agents from the run tests (no CLI involved)."""
+
+
+def write_config(path: Path, agents: dict[str, dict[str, object]]) -> Path:
+    """The ``agents`` block (remote A2A agents) and the ``dispatch_agents`` block as a JSON config file."""
+    path.write_text(json.dumps({"agents": agents, "dispatch_agents": CUSTOM_AGENTS}), encoding="utf-8")
     return path
 
 
@@ -25,8 +32,13 @@ def write_agents(path: Path, agents: dict[str, dict[str, object]]) -> Path:
 def live_service(
     db_url: str, tmp_path: Path, *, agents: dict[str, dict[str, object]] | None = None, **env: str
 ) -> Iterator[ServerProcess]:
-    config = write_agents(tmp_path / "muster.json", agents or {})
+    config = write_config(tmp_path / "muster.json", agents or {})
     keys = json.dumps([API_KEY])
+    env = {
+        "MUSTER_WORKSPACES_ROOT": str(tmp_path / "workspaces"),
+        "MUSTER_DISPATCH_HOMES": str(tmp_path / "homes"),
+        **env,
+    }
     # Generous: importing the service takes seconds of CPU, and the machine running the tests may be busy.
     with server_process(db_url, ready_within=120, MUSTER_CONFIG=str(config), MUSTER_API_KEYS=keys, **env) as server:
         yield server

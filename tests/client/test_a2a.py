@@ -25,11 +25,9 @@ async def peer() -> AsyncIterator[Peer]:
 
 
 @pytest.fixture(scope="module")
-async def service(
-    module_db_url: str, tmp_path_factory: pytest.TempPathFactory, peer: Peer
-) -> AsyncIterator[ServerProcess]:
+async def service(db_url: str, tmp_path_factory: pytest.TempPathFactory, peer: Peer) -> AsyncIterator[ServerProcess]:
     agents: dict[str, dict[str, object]] = {"alpha": {"card": peer.base, "pollEvery": 20}}
-    async with live_service_in_thread(module_db_url, tmp_path_factory.mktemp("config"), agents=agents) as server:
+    async with live_service_in_thread(db_url, tmp_path_factory.mktemp("config"), agents=agents) as server:
         yield server
 
 

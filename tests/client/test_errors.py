@@ -28,10 +28,10 @@ FANOUT_PER_MINUTE = 2
 
 
 @pytest.fixture(scope="module")
-def service(module_db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def service(db_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """A service that allows few fan-out sends, so that its 429 is reached in a few calls."""
     config = tmp_path_factory.mktemp("config")
-    with live_service(module_db_url, config, MUSTER_MESH_FANOUT_PER_MINUTE=str(FANOUT_PER_MINUTE)) as server:
+    with live_service(db_url, config, MUSTER_MESH_FANOUT_PER_MINUTE=str(FANOUT_PER_MINUTE)) as server:
         yield server
 
 
@@ -66,7 +66,7 @@ def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> No
 
         with pytest.raises(NotFound) as tool:
             client.a2a_call("Nope_echo", "x")
-        assert tool.value.code == "not_found" and "Nope_echo" in tool.value.detail
+        assert tool.value.code == "unknown_tool" and "Nope_echo" in tool.value.detail
 
         for _ in range(FANOUT_PER_MINUTE):
             client.send("all hands", repo=f"{name}-nowhere", confirm=True)

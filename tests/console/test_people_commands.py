@@ -191,3 +191,19 @@ def test_a2a_call_reaches_a_real_remote_agent(service: Any, tmp_path: Path) -> N
         failed = piped(env, "a2a", "call", "Alpha_echo", "fail sorry", "--json")
         assert failed.code == 1 and json.loads(failed.out)["is_error"] is True
         assert failed.err.startswith("muster: Alpha_echo answered an error")
+
+
+def test_agents_watch_piped_prints_a_snapshot_at_each_change(service: Any) -> None:
+    _url, http, env = service()
+    assert http.post("/mesh/checkin", json={"agent_id": "first", "confirm": True}).status_code == 200
+    with subprocess.Popen([MUSTER, "agents", "--watch", "--json"], env=env, stdout=subprocess.PIPE, text=True) as watch:
+        assert watch.stdout is not None
+        try:
+            first = json.loads(watch.stdout.readline())
+            assert [a["agent_id"] for a in first["agents"]] == ["first"]
+            assert http.post("/mesh/checkin", json={"agent_id": "second", "confirm": True}).status_code == 200
+            second = json.loads(watch.stdout.readline())  # blocks until the next poll sees the change
+            assert [a["agent_id"] for a in second["agents"]] == ["first", "second"]
+        finally:
+            watch.send_signal(signal.SIGINT)
+            assert watch.wait(timeout=30) == 0

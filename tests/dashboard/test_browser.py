@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 
 from tests.a2a.peers import a2a_peer
 from tests.dashboard.conftest import artifact_name
+from tests.runs.support import dispatch_env
 from tests.support.net import free_port
 from tests.support.rows import store_status
 
@@ -188,3 +189,68 @@ def test_the_api_docs_render_from_local_assets(live: Any, watch: Any, request: p
     expect(w.page.locator(".opblock-summary-path", has_text="/mesh/backlog")).to_be_visible()
     w.screenshot(artifact_name(request) + "-docs")
     same_origin(w.requests, app.base_url)
+
+
+RUN_AGENTS = """
+[dispatch_agents.fast]
+kind = "custom"
+entrypoint = "tests.runs.agents:fast"
+
+[dispatch_agents.hold]
+kind = "custom"
+entrypoint = "tests.runs.agents:hold"
+"""
+
+
+def test_a_run_page_streams_its_events_live_and_cancels(
+    live: Any, watch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    workspaces = dispatch_env(monkeypatch, tmp_path)
+    (tmp_path / "muster.toml").write_text(RUN_AGENTS)
+    app = live()
+    held = app.http.post("/dispatch/runs", json={"agent": "hold", "prompt": "gate", "workspace": "w1"})
+    assert held.status_code == 202, held.text
+    w = watch(app.base_url)
+    w.page.goto(f"{app.base_url}/#/runs/{held.json()['id']}")
+    events = w.page.locator("#events tbody td.detail")
+    # Shown while the run is still going: streamed, not read after the end.
+    expect(events.filter(has_text="started")).to_have_count(1, timeout=WITHIN)
+    expect(w.page.locator("#run-status")).to_have_text("running", timeout=WITHIN)
+    (workspaces / "w1" / "gate").touch()
+    expect(events.filter(has_text="released").first).to_be_visible(timeout=WITHIN)
+    expect(w.page.locator("#run-status")).to_have_text("completed", timeout=WITHIN)
+    expect(w.page.locator("#stream-state")).to_have_text("· ended")
+    w.screenshot(artifact_name(request) + "-run")
+
+    fast = app.http.post("/dispatch/runs", json={"agent": "fast", "prompt": "hello", "workspace": "w2"}).json()
+    w.page.goto(f"{app.base_url}/#")
+    row = w.page.locator(f'#run-list tr[data-run-id="{fast["id"]}"]')
+    expect(row.locator("td.run-status")).to_have_text("completed", timeout=WITHIN)
+    expect(row.locator("td").nth(4)).to_have_text("3 in · 20 out")
+    w.screenshot(artifact_name(request) + "-runs")
+
+    stuck = app.http.post("/dispatch/runs", json={"agent": "hold", "prompt": "never", "workspace": "w3"}).json()
+    w.page.goto(f"{app.base_url}/#/runs/{stuck['id']}")
+    expect(events.filter(has_text="started")).to_have_count(1, timeout=WITHIN)
+    w.page.click("#cancel-run")
+    expect(w.page.locator("#run-status")).to_have_text("cancelled", timeout=WITHIN)
+    assert w.errors == []
+    same_origin(w.requests, app.base_url)
+
+
+def test_a_run_page_behind_an_api_key_streams_once_the_key_is_given(
+    live: Any, watch: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    (tmp_path / "muster.toml").write_text(RUN_AGENTS)
+    app = live(api_keys=["sekret-key"])
+    run = app.http.post("/dispatch/runs", json={"agent": "fast", "prompt": "hi", "workspace": "w1"})
+    assert run.status_code == 202, run.text
+    w = watch(app.base_url)
+    w.page.goto(f"{app.base_url}/#/runs/{run.json()['id']}")
+    expect(w.page.locator("#key-form")).to_be_visible(timeout=WITHIN)
+    w.page.fill("#key-input", "sekret-key")
+    w.page.click("#key-form button")
+    # The stream is read with fetch, so the key goes along (an EventSource could not send it).
+    expect(w.page.locator("#events tbody td.detail").filter(has_text="done: hi").first).to_be_visible(timeout=WITHIN)
+    expect(w.page.locator("#run-status")).to_have_text("completed", timeout=WITHIN)

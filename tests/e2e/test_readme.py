@@ -47,10 +47,13 @@ def service(db_url: str) -> Iterator[str]:
         yield url
 
 
-def paste(script: str, url: str, home: Path) -> str:
-    """Run ``script`` as a user pasting it would: bash, at the root of the clone, `muster` on the PATH."""
+def paste(script: str, url: str, home: Path, *, activated: bool = True) -> str:
+    """Run ``script`` as a user pasting it would: bash, at the root of the clone, with the virtualenv activated (its
+    `bin` first on the PATH) unless ``activated`` is false."""
+    venv = f"{ROOT / '.venv' / 'bin'}:"
+    path = ":".join(p for p in os.environ["PATH"].split(":") if p != venv.rstrip(":"))
     env = {
-        "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "PATH": f"{venv if activated else ''}{path}",
         "HOME": str(home),
         "XDG_STATE_HOME": str(home / "state"),
         "MUSTER_URL": url,
@@ -79,7 +82,7 @@ def test_the_muster_tour_shows_the_message_arriving(service: str, tmp_path: Path
 
 
 def test_muster_is_on_the_path_as_the_readme_says(tmp_path: Path) -> None:
-    out = paste("\n".join(shell_blocks("## `muster` on your PATH")), "http://127.0.0.1:9", tmp_path)
+    out = paste("\n".join(shell_blocks("## `muster` on your PATH")), "http://127.0.0.1:9", tmp_path, activated=False)
     assert out.strip().splitlines()[-1].startswith("muster ")
 
 

@@ -78,6 +78,8 @@ async def test_tools_list_with_exact_schemas(service: ServerProcess, tmp_path: P
             "agent_send",
             "agent_inbox",
             "agent_checkout",
+            "dispatch_run",
+            "dispatch_status",
             "Alpha_echo",
         ]
         assert by_name["agent_checkin"].input_schema == CHECKIN_SCHEMA
@@ -202,8 +204,32 @@ async def test_errors_say_what_to_do(service: ServerProcess, tmp_path: Path, nam
 
     down = f"http://127.0.0.1:{free_port()}"
     async with mcp_agent(down, tmp_path / "down") as agent:
-        assert [t.name for t in (await agent.list_tools()).tools][-1] == "agent_checkout", "mesh tools still listed"
+        assert [t.name for t in (await agent.list_tools()).tools][-1] == "dispatch_status", "own tools still listed"
         with anyio.fail_after(60):
             text = await fail(agent, "agent_checkin", agent_id=name)
         assert text.startswith(f"The Muster service at {down} is not reachable")
         assert text.count(". ") == 0 and "Traceback" not in text, "one sentence, no stack trace"
+
+
+async def test_dispatch_a_run(service: ServerProcess, tmp_path: Path, name: str) -> None:
+    async with mcp_agent(service.base_url, tmp_path) as agent:
+        schema = {t.name: t for t in (await agent.list_tools()).tools}["dispatch_run"].input_schema
+        assert schema["required"] == ["agent", "prompt", "workspace"]
+
+        waited = await call(agent, "dispatch_run", agent="fast", prompt="hello", workspace=name, wait=True)
+        head, _, text = waited.partition("\nFinal text:\n")
+        assert text == "done: hello"
+        assert head.startswith("Run ") and "of agent fast: completed." in head and "output 20" in head
+
+        queued = await call(agent, "dispatch_run", agent="fast", prompt="later", workspace=name)
+        run_id = queued.split()[1]
+        assert len(run_id) == 32 and ("queued" in queued or "running" in queued or "completed" in queued)
+        with anyio.fail_after(60):
+            while "Final text:" not in (status := await call(agent, "dispatch_status", run_id=run_id)):
+                await anyio.sleep(0.1)
+        assert status.endswith("done: later")
+
+        failed = await call(agent, "dispatch_run", agent="broken", prompt="x", workspace=name, wait=True)
+        assert "failed." in failed and "Error code quota: quota hit" in failed
+        unknown = await fail(agent, "dispatch_run", agent="nobody", prompt="x", workspace=name)
+        assert "nobody" in unknown

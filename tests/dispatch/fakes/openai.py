@@ -52,6 +52,27 @@ def _function_call(tool: ToolCall, body: Any) -> dict[str, Any]:
             "name": "apply_patch",
             "input": tool.patch,
         }
+    if tool.name == "tool_search":  # codex's client-side search over its deferred (MCP) tools
+        return {
+            "id": f"tsc_{uuid.uuid4().hex[:24]}",
+            "type": "tool_search_call",
+            "status": "completed",
+            "execution": "client",
+            "call_id": tool.call_id,
+            "arguments": tool.arguments or {},
+        }
+    if tool.name is not None:
+        named: dict[str, Any] = {
+            "id": f"fc_{uuid.uuid4().hex[:24]}",
+            "type": "function_call",
+            "status": "completed",
+            "call_id": tool.call_id,
+            "name": tool.name,
+            "arguments": json.dumps(tool.arguments or {}),
+        }
+        if tool.namespace is not None:
+            named["namespace"] = tool.namespace
+        return named
     name, key = _shell_tool(body)
     command: Any = tool.command if key == "cmd" or name == "shell_command" else ["bash", "-lc", tool.command]
     return {
@@ -166,7 +187,13 @@ def stream_events(reply: Reply, body: Any) -> Iterator[bytes]:
                 "item": {
                     **item,
                     "status": "in_progress",
-                    **({"arguments": ""} if "arguments" in item else {"input": ""}),
+                    **(
+                        {}
+                        if item["type"] == "tool_search_call"
+                        else {"arguments": ""}
+                        if "arguments" in item
+                        else {"input": ""}
+                    ),
                 },
             }
         )

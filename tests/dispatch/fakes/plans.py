@@ -17,8 +17,9 @@ from typing import Any
 class ToolCall:
     """A call of the CLI's shell tool. ``command`` is the shell command line the model asks the CLI to run.
 
-    ``name``/``arguments`` call another tool instead (Claude: e.g. ``Write`` with ``file_path``/``content``);
-    ``patch`` makes codex's freeform ``apply_patch`` call with that patch text.
+    ``name``/``arguments`` call another tool instead (Claude: e.g. ``Write`` with ``file_path``/``content``, or an
+    MCP tool ``mcp__<server>__<tool>``; codex: a function of ``namespace``, or ``tool_search`` whose arguments are
+    the search's); ``patch`` makes codex's freeform ``apply_patch`` call with that patch text.
     """
 
     command: str = ""
@@ -26,6 +27,7 @@ class ToolCall:
     name: str | None = None
     arguments: dict[str, Any] | None = None
     patch: str | None = None
+    namespace: str | None = None
 
 
 @dataclass(frozen=True)

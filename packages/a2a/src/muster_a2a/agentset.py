@@ -71,7 +71,7 @@ class AgentSet:
         try:
             return self._by_name[name]
         except KeyError:
-            raise UnknownToolError(name) from None
+            raise UnknownToolError(name, sorted(self._by_name)) from None
 
     def agent(self, name: str) -> RemoteAgent | None:
         return next((a for a in self.agents if a.name == name), None)

@@ -19,6 +19,9 @@ MusterA2AError
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class MusterA2AError(Exception):
     """Root of every error of muster_a2a."""
@@ -57,11 +60,17 @@ class InsecureURLError(AgentResolutionError):
 
 
 class UnknownToolError(MusterA2AError):
-    """No loaded tool has this name."""
+    """No loaded tool has this name; ``tools`` are the names there are."""
 
-    def __init__(self, name: str) -> None:
-        super().__init__(f"no A2A tool named {name!r}")
+    def __init__(self, name: str, tools: Sequence[str] = ()) -> None:
+        there = ", ".join(tools) if tools else "none (no agent is loaded and usable)"
+        super().__init__(f"no A2A tool named {name!r}; the tools are: {there}")
         self.name = name
+        self.tools = list(tools)
+
+    @property
+    def problem_extra(self) -> dict[str, Any]:
+        return {"code": "unknown_tool", "tool": self.name, "tools": self.tools}
 
 
 class UnknownCallError(MusterA2AError):

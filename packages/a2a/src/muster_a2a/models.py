@@ -50,10 +50,11 @@ class ToolInfo(_Strict):
 
 
 class AgentStatus(_Strict):
-    """Per configured agent: did it resolve, through which dialect and endpoint, which tools it gave."""
+    """Per configured agent: did it resolve, through which dialect and endpoint, which tools it gave. ``degraded``:
+    it resolved, but its recent calls failed (``error`` is the last failure)."""
 
     name: str
-    status: Literal["ok", "error"]
+    status: Literal["ok", "degraded", "error"]
     error: str | None = None
     dialect: str | None = None
     endpoint: str | None = None

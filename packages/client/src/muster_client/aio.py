@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
 from muster_client import calls, config
 from muster_client.calls import Call
-from muster_client.core import ClientCore, inbox_event, raise_for_problem
+from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
 from muster_client.models import (
     A2AAgents,
     A2ACall,
@@ -23,13 +23,17 @@ from muster_client.models import (
     CheckinRecord,
     CheckoutPreview,
     CheckoutResult,
+    DispatchAgents,
     InboxMessage,
     InboxPage,
     Ready,
+    Run,
+    RunEvent,
+    RunPage,
     SendPreview,
     SendResult,
 )
-from muster_client.sse import EventParser
+from muster_client.sse import EventParser, ServerEvent
 
 T = TypeVar("T")
 
@@ -167,13 +171,17 @@ class AsyncMusterClient(ClientCore):
     async def stream_inbox(self, *, after: int | None = None) -> AsyncIterator[InboxMessage]:
         """The inbox as it fills (SSE), from ``after`` (else the stored cursor). Close the iterator to stop."""
         params = {"after": after} if after is not None else None
+        async for event in self._events(calls.INBOX_STREAM, params, self.stream_headers(None)):
+            message = inbox_event(event)
+            if message is not None:
+                yield message
+
+    async def _events(
+        self, path: str, params: dict[str, Any] | None, headers: dict[str, str]
+    ) -> AsyncIterator[ServerEvent]:
         try:
             async with self._http.stream(
-                "GET",
-                calls.INBOX_STREAM,
-                params=params,
-                headers=self.stream_headers(None),
-                timeout=httpx.Timeout(self.timeout, read=None),
+                "GET", path, params=params, headers=headers, timeout=httpx.Timeout(self.timeout, read=None)
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
@@ -181,9 +189,8 @@ class AsyncMusterClient(ClientCore):
                 parser = EventParser()
                 async for line in response.aiter_lines():
                     event = parser.feed(line)
-                    message = inbox_event(event) if event is not None else None
-                    if message is not None:
-                        yield message
+                    if event is not None:
+                        yield event
         except httpx.TransportError as exc:
             raise self.unreachable(exc) from exc
 
@@ -204,6 +211,71 @@ class AsyncMusterClient(ClientCore):
 
     async def a2a_get_call(self, call_id: str) -> A2ACall:
         return await self.call(calls.a2a_get_call(call_id))
+
+    # ------------------------------------------------------------ dispatch runs
+
+    async def dispatch_agents(self) -> DispatchAgents:
+        return await self.call(calls.dispatch_agents())
+
+    async def start_run(
+        self,
+        agent: str,
+        prompt: str,
+        workspace: str,
+        *,
+        continuation: dict[str, Any] | None = None,
+        deadline_s: float | None = None,
+        live_input: bool = False,
+        idempotency_key: str | None = None,
+    ) -> Run:
+        """Queue a turn of ``agent`` (202: the run, queued). ``continuation``: ``{"run_id": …}`` or
+        ``{"conversation": …}``, with ``"fork": true`` to branch."""
+        return await self.call(
+            calls.start_run(
+                agent,
+                prompt,
+                workspace,
+                continuation=continuation,
+                deadline_s=deadline_s,
+                live_input=live_input,
+                idempotency_key=idempotency_key,
+            )
+        )
+
+    async def run(self, run_id: str) -> Run:
+        return await self.call(calls.run(run_id))
+
+    async def runs(
+        self,
+        *,
+        agent: str | None = None,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> RunPage:
+        return await self.call(calls.runs(agent=agent, status=status, cursor=cursor, limit=limit))
+
+    async def steer(self, run_id: str, text: str) -> Run:
+        return await self.call(calls.steer(run_id, text))
+
+    async def cancel(self, run_id: str) -> Run:
+        return await self.call(calls.cancel(run_id))
+
+    async def run_events(self, run_id: str, *, after: int | None = None) -> AsyncIterator[RunEvent]:
+        """The run's events (SSE) from after ``after``, ending with the ``result`` event that carries the run."""
+        headers = self.base_headers()
+        if after is not None:
+            headers["Last-Event-ID"] = str(after)
+        async for event in self._events(calls.run_events_path(run_id), None, headers):
+            yield run_event(event)
+
+    async def wait_run(self, run_id: str) -> Run:
+        """Follow the run's events until it has finished; the finished run."""
+        async for event in self.run_events(run_id):
+            finished = event.run()
+            if finished is not None:
+                return finished
+        return await self.run(run_id)
 
 
 __all__ = ["AsyncMusterClient"]

@@ -23,8 +23,11 @@ from muster_client.models import (
     CheckinRecord,
     CheckoutPreview,
     CheckoutResult,
+    DispatchAgents,
     InboxPage,
     Ready,
+    Run,
+    RunPage,
     SendPreview,
     SendResult,
 )
@@ -217,3 +220,55 @@ def a2a_start(tool: str, task: str) -> Call[A2ACall]:
 
 def a2a_get_call(call_id: str) -> Call[A2ACall]:
     return Call("GET", f"/a2a/calls/{segment(call_id)}", model(A2ACall))
+
+
+# ---------------------------------------------------------------- dispatch runs
+
+
+def dispatch_agents() -> Call[DispatchAgents]:
+    return Call("GET", "/dispatch/agents", model(DispatchAgents))
+
+
+def start_run(
+    agent: str,
+    prompt: str,
+    workspace: str,
+    *,
+    continuation: dict[str, Any] | None,
+    deadline_s: float | None,
+    live_input: bool,
+    idempotency_key: str | None,
+) -> Call[Run]:
+    body = given(
+        agent=agent,
+        prompt=prompt,
+        workspace=workspace,
+        continuation=continuation,
+        deadline_s=deadline_s,
+        idempotency_key=idempotency_key,
+    )
+    if live_input:
+        body["live_input"] = True
+    return Call("POST", "/dispatch/runs", model(Run), body=body)
+
+
+def run(run_id: str) -> Call[Run]:
+    return Call("GET", f"/dispatch/runs/{segment(run_id)}", model(Run))
+
+
+def runs(*, agent: str | None, status: str | None, cursor: str | None, limit: int | None) -> Call[RunPage]:
+    return Call(
+        "GET", "/dispatch/runs", model(RunPage), params=given(agent=agent, status=status, cursor=cursor, limit=limit)
+    )
+
+
+def steer(run_id: str, text: str) -> Call[Run]:
+    return Call("POST", f"/dispatch/runs/{segment(run_id)}/steer", model(Run), body={"text": text})
+
+
+def cancel(run_id: str) -> Call[Run]:
+    return Call("POST", f"/dispatch/runs/{segment(run_id)}/cancel", model(Run))
+
+
+def run_events_path(run_id: str) -> str:
+    return f"/dispatch/runs/{segment(run_id)}/events"

@@ -10,7 +10,7 @@ import httpx
 from muster_client import config
 from muster_client.calls import Call
 from muster_client.errors import ServiceUnreachable, UnexpectedAnswer, error_for
-from muster_client.models import CheckinRecord, CheckoutResult, InboxMessage
+from muster_client.models import CheckinRecord, CheckoutResult, InboxMessage, RunEvent
 from muster_client.sse import ServerEvent
 
 T = TypeVar("T")
@@ -130,3 +130,14 @@ def inbox_event(event: ServerEvent) -> InboxMessage | None:
         status = 401 if body.get("code") in SESSION_ENDED else 400
         raise error_for(status, body, "the inbox stream ended")
     return None
+
+
+def run_event(event: ServerEvent) -> RunEvent:
+    """One event of a run's SSE stream (the final ``result`` carries the run itself)."""
+    try:
+        data = json.loads(event.data)
+    except ValueError:
+        data = {"raw": event.data}
+    body = data if isinstance(data, dict) else {"value": data}
+    seq = int(event.id) if event.id and event.id.isdigit() and event.event != "result" else None
+    return RunEvent(id=seq, type=event.event, data=body)

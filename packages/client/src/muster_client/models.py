@@ -193,3 +193,76 @@ class Ready(Answer):
     status: str
     database: str
     revision: str | None = None
+
+
+# ---------------------------------------------------------------- dispatch runs
+
+
+class DispatchAgent(Answer):
+    """A configured dispatch agent (a CLI, a custom entrypoint, or a fallback chain of ``agents``)."""
+
+    name: str
+    kind: str
+    harness: str | None = None
+    model: str | None = None
+    agents: list[str] | None = None
+    installed: bool = False
+    version: str | None = None
+    error: str | None = None
+
+
+class DispatchAgents(Answer):
+    agents: list[DispatchAgent]
+
+
+FINISHED_RUN = frozenset({"completed", "failed", "cancelled", "interrupted"})
+
+
+class Run(Answer):
+    """A run: queued, running, then completed, failed, cancelled or interrupted, with its final text, usage,
+    error (``code``, ``message``) and conversation."""
+
+    id: str
+    status: str
+    agent: str
+    prompt: str
+    workspace: str
+    continuation: dict[str, Any] | None = None
+    replay_of: str | None = None
+    live_input: bool = False
+    deadline_s: float | None = None
+    selected: str | None = None
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    text: str | None = None
+    usage: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    conversation: str | None = None
+    queued_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_RUN
+
+    @property
+    def error_code(self) -> str | None:
+        code = (self.error or {}).get("code")
+        return code if isinstance(code, str) else None
+
+
+class RunPage(Answer):
+    runs: list[Run]
+    next_cursor: str | None = None
+
+
+class RunEvent(Answer):
+    """One event of a run's stream: ``id`` (its sequence), ``type`` (``text``, ``tool_use``, ``turn.result``…) and
+    ``data`` as the service journaled it. The stream ends with ``type == "result"``, whose ``run()`` is the run."""
+
+    id: int | None = None
+    type: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def run(self) -> Run | None:
+        return Run.model_validate(self.data) if self.type == "result" else None

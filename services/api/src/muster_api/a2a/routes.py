@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from muster_a2a import AgentSet, AgentStatus, CallRecord, Collision, UnknownCallError
+from muster_a2a import AgentStatus, CallRecord, Collision, UnknownCallError
+from muster_api.a2a.component import A2AState
 from muster_api.deps import A2ADep
 from muster_api.jsonbody import StrictJsonRoute
+from muster_mesh.models import NO_NUL, refuse_nul
+
+MAX_TASK_CHARS = 100_000
 
 router = APIRouter(prefix="/a2a", tags=["a2a"], route_class=StrictJsonRoute)
 
@@ -26,9 +30,12 @@ class AgentsOut(BaseModel):
 class CallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    task: str = Field(
-        min_length=1, max_length=100_000, pattern=r"^[^\x00]+$", description="The task text (no NUL character)."
-    )
+    # No NUL (PostgreSQL text cannot hold it): the mesh's rule for message bodies, checked by a scan.
+    task: Annotated[
+        str,
+        AfterValidator(refuse_nul),
+        WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_TASK_CHARS, "pattern": NO_NUL}),
+    ] = Field(min_length=1, max_length=MAX_TASK_CHARS, description="The task text (no NUL character).")
     wait: bool = Field(
         default=True, strict=True, description="false: answer 202 with the stored call at once and follow it"
     )
@@ -43,24 +50,21 @@ class CallOut(BaseModel):
     metadata: dict[str, Any]
 
 
-def _agents_out(agents: AgentSet) -> AgentsOut:
-    return AgentsOut(
-        agents=[agents.status[name] for name in sorted(agents.status)],
-        collisions=agents.collisions,
-        skipped=agents.skipped,
-    )
+def _agents_out(state: A2AState) -> AgentsOut:
+    return AgentsOut(agents=state.statuses(), collisions=state.agents.collisions, skipped=state.agents.skipped)
 
 
 @router.get("/agents")
 async def list_agents(state: A2ADep) -> AgentsOut:
-    return _agents_out(state.agents)
+    return _agents_out(state)
 
 
 @router.post(
     "/reload", responses={422: {"description": "the config file's agents block is broken (`detail` says how)"}}
 )
 async def reload_agents(state: A2ADep) -> AgentsOut:
-    return _agents_out(await state.reload())
+    await state.reload()
+    return _agents_out(state)
 
 
 @router.post(

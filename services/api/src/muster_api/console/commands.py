@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from muster_api.console import a2a, mesh, roster
+from muster_api.console import a2a, mesh, roster, runs
 from muster_api.console.output import Output
 from muster_api.console.text import inert
 from muster_api.errors import CommandError
@@ -113,6 +113,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("checkout", parents=[common, acting], help="leave the roster; the stored token is forgotten")
     p.set_defaults(fn=guarded(mesh.checkout))
+
+    p = sub.add_parser("run", parents=[common], help="dispatch a turn of work to an agent (PROMPT '-': stdin)")
+    p.add_argument("agent")
+    p.add_argument("prompt")
+    p.add_argument("--workspace", default=runs.DEFAULT_WORKSPACE, help="the workspace to run in (a name)")
+    p.add_argument("--follow", action="store_true", help="show its events live, then its usage")
+    p.set_defaults(fn=guarded(runs.start_run))
+
+    p = sub.add_parser("runs", parents=[common], help="the latest runs: status, agent, duration, usage, error")
+    p.add_argument("--agent")
+    p.add_argument("--status", choices=["queued", "running", "completed", "failed", "cancelled", "interrupted"])
+    p.add_argument("--limit", type=int, default=20)
+    p.set_defaults(fn=guarded(runs.list_runs))
 
     p = sub.add_parser("a2a", help="remote Agent2Agent agents")
     a2a_sub = p.add_subparsers(dest="a2a_command", required=True)

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from muster_api.errors import CommandError
+from muster_api.mcp.settings import default_state_dir
 
 
 def state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "muster" / "cli"
+    # The same root as `muster mcp`'s sessions (which live beside, in mcp-sessions/).
+    return default_state_dir() / "cli"
 
 
 @dataclass(frozen=True, slots=True)

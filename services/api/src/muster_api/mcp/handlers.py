@@ -6,6 +6,7 @@ what went wrong and what to do — never a stack trace, never a token.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -20,10 +21,14 @@ from muster_client import (
     ApiError,
     CheckinPreview,
     CheckoutPreview,
+    Run,
     SendPreview,
     ServiceUnreachable,
     UnexpectedAnswer,
 )
+from muster_mesh.models import MAX_PAGE
+
+log = logging.getLogger("muster.mcp")
 
 Handler = Callable[[AgentSession, dict[str, Any]], Awaitable[str]]
 
@@ -81,7 +86,7 @@ async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.ListArgs.model_validate(arguments)
     await session.flush()
     page = await session.client.agents(
-        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=tools.MAX_PAGE
+        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=MAX_PAGE
     )
     at = now()
     if not page.agents:
@@ -139,12 +144,53 @@ async def agent_checkout(session: AgentSession, arguments: dict[str, Any]) -> st
     return f"Checked out: {agent_id} left the mesh. Check in again to come back (a new session)."
 
 
+# ---------------------------------------------------------------- dispatch
+
+
+def run_words(run: Run) -> str:
+    """A run in words: its state, and once finished its final text, usage and error code."""
+    chosen = f", done by {run.selected}" if run.selected and run.selected != run.agent else ""
+    lines = [f"Run {run.id} of agent {run.agent}{chosen}: {run.status}."]
+    if not run.finished:
+        lines.append(f"Not finished yet: call dispatch_status with run_id {run.id} later.")
+        return "\n".join(lines)
+    if run.error_code:
+        message = (run.error or {}).get("message") or ""
+        lines.append(f"Error code {run.error_code}: {message}".rstrip(": "))
+    if run.usage:
+        counted = ", ".join(f"{k} {v}" for k, v in run.usage.items() if isinstance(v, int) and not isinstance(v, bool))
+        if counted:
+            lines.append(f"Usage (tokens): {counted}.")
+    if run.conversation:
+        lines.append(f"Conversation {run.conversation} (continue it with continuation.run_id {run.id}).")
+    lines.append("Final text:" if run.text else "No final text.")
+    if run.text:
+        lines.append(run.text)
+    return "\n".join(lines)
+
+
+async def dispatch_run(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.DispatchRunArgs.model_validate(arguments)
+    continuation = args.continuation.model_dump(exclude_defaults=True) if args.continuation else None
+    run = await session.client.start_run(args.agent, args.prompt, args.workspace, continuation=continuation)
+    if args.wait:
+        run = await session.client.wait_run(run.id)
+    return run_words(run)
+
+
+async def dispatch_status(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.DispatchStatusArgs.model_validate(arguments)
+    return run_words(await session.client.run(args.run_id))
+
+
 MESH_HANDLERS: dict[str, Handler] = {
     tools.CHECKIN: checkin,
     tools.LIST: agents_list,
     tools.SEND: agent_send,
     tools.INBOX: agent_inbox,
     tools.CHECKOUT: agent_checkout,
+    tools.DISPATCH_RUN: dispatch_run,
+    tools.DISPATCH_STATUS: dispatch_status,
 }
 
 
@@ -201,4 +247,6 @@ def failure(tool: str, exc: Exception, url: str) -> str:
         return f"{tool} failed: {exc.detail} (HTTP {exc.status}, code {exc.code}).{f' {hint}.' if hint else ''}"
     if isinstance(exc, UnexpectedAnswer):
         return f"{tool} failed: the service answered something unexpected ({exc}); check that MUSTER_URL is Muster."
-    raise exc
+    # A fault of this server itself: the agent gets one line, the log gets the traceback.
+    log.error("%s failed", tool, exc_info=exc)
+    return f"{tool} failed inside the muster mcp server ({type(exc).__name__}); its log (stderr) has the details."

@@ -1,8 +1,8 @@
 """The MCP wiring: a low-level ``mcp`` server (it publishes the tools' schemas exactly as written) on stdio.
 
-tools/list: the five mesh tools, then one tool per tool of the service's configured remote A2A agents (asked of the
-service at each listing; a service that is down leaves the mesh tools only). tools/call: the tool's handler; what
-it raises becomes a tool error (``isError``).
+tools/list: the five mesh tools and the two dispatch tools, then one tool per tool of the service's configured
+remote A2A agents (asked of the service at each listing; a service that is down leaves our own tools only).
+tools/call: the tool's handler; what it raises becomes a tool error (``isError``).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class MusterTools:
         except MusterClientError as exc:
             log.warning("remote A2A tools not listed: %s", exc)
             return []
-        found = [t for t in listing.tools() if t.name not in tools.MESH_TOOLS]
+        found = [t for t in listing.tools() if t.name not in tools.OWN_TOOLS]
         self.a2a = {t.name: t for t in found}
         return found
 
@@ -58,7 +58,7 @@ class MusterTools:
     ) -> types.ListToolsResult:
         mesh = [
             types.Tool(name=name, description=about, input_schema=schema)
-            for name, (about, schema) in tools.MESH_SCHEMAS.items()
+            for name, (about, schema) in tools.OWN_SCHEMAS.items()
         ]
         remote = [
             types.Tool(

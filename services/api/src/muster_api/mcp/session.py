@@ -18,9 +18,10 @@ from anyio.abc import TaskGroup
 from muster_api.errors import ToolRefused
 from muster_api.mcp.identities import IdentityStore
 from muster_api.mcp.settings import McpSettings
-from muster_api.mcp.tools import MAX_PAGE, CheckinArgs
+from muster_api.mcp.tools import CheckinArgs
 from muster_api.mcp.wake import InboxFollower
 from muster_client import AsyncMusterClient, CheckinPreview, CheckinRecord, InboxPage
+from muster_mesh.models import MAX_PAGE
 from muster_mesh.wake import PANE_ID
 
 log = logging.getLogger("muster.mcp")

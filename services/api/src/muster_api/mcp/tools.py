@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
-from muster_mesh.models import Label, Repo
+from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, Label, Repo
 from muster_mesh.wake import WAKE_TEMPLATE
 
 CHECKIN = "agent_checkin"
@@ -21,10 +21,10 @@ LIST = "agents_list"
 SEND = "agent_send"
 INBOX = "agent_inbox"
 CHECKOUT = "agent_checkout"
+DISPATCH_RUN = "dispatch_run"
+DISPATCH_STATUS = "dispatch_status"
 MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT)
-
-MAX_WAIT_SECONDS = 60
-MAX_PAGE = 500
+OWN_TOOLS = (*MESH_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
 
 
 def _bound(model: type[BaseModel], field: str, name: str) -> int:
@@ -166,12 +166,55 @@ INBOX_SCHEMA: dict[str, Any] = {
 }
 CHECKOUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"confirm": CONFIRM}, "additionalProperties": False}
 
+DISPATCH_RUN_ABOUT = (
+    "Dispatch a turn of work to a configured agent of the Muster service (a coding-agent CLI, a custom agent or a "
+    "fallback chain): it runs the prompt in the named workspace on a Muster worker. With wait: true this call "
+    "returns when the run has finished, with its final text, status, usage and error code; otherwise it returns the "
+    "run id at once: follow it with dispatch_status. continuation continues an earlier run's conversation "
+    "({run_id} or {conversation}, fork: true to branch)."
+)
+DISPATCH_STATUS_ABOUT = (
+    "The state of a dispatched run: queued, running, or finished (completed, failed, cancelled, interrupted) with "
+    "its final text, usage and error code."
+)
+DISPATCH_RUN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "agent": {"type": "string", "description": "A dispatch agent configured in the service."},
+        "prompt": {"type": "string", "description": "What to do."},
+        "workspace": {"type": "string", "description": "The workspace (a directory name under the service's root)."},
+        "wait": {"type": "boolean", "description": "Return when the run has finished (default false)."},
+        "continuation": {
+            "type": "object",
+            "properties": {
+                "run_id": {"type": "string", "description": "Continue this run's conversation."},
+                "conversation": {"type": "string", "description": "Continue this conversation id."},
+                "fork": {"type": "boolean", "description": "Branch off instead of continuing in place."},
+            },
+            "additionalProperties": False,
+        },
+    },
+    "required": ["agent", "prompt", "workspace"],
+    "additionalProperties": False,
+}
+DISPATCH_STATUS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"run_id": {"type": "string", "description": "The run id dispatch_run answered."}},
+    "required": ["run_id"],
+    "additionalProperties": False,
+}
+
 MESH_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     CHECKIN: (CHECKIN_ABOUT, CHECKIN_SCHEMA),
     LIST: (LIST_ABOUT, LIST_SCHEMA),
     SEND: (SEND_ABOUT, SEND_SCHEMA),
     INBOX: (INBOX_ABOUT, INBOX_SCHEMA),
     CHECKOUT: (CHECKOUT_ABOUT, CHECKOUT_SCHEMA),
+}
+OWN_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
+    **MESH_SCHEMAS,
+    DISPATCH_RUN: (DISPATCH_RUN_ABOUT, DISPATCH_RUN_SCHEMA),
+    DISPATCH_STATUS: (DISPATCH_STATUS_ABOUT, DISPATCH_STATUS_SCHEMA),
 }
 
 
@@ -216,3 +259,21 @@ class CheckoutArgs(Arguments):
 
 class A2AArgs(Arguments):
     task: str = Field(min_length=1)
+
+
+class ContinuationArgs(Arguments):
+    run_id: str | None = None
+    conversation: str | None = None
+    fork: bool = False
+
+
+class DispatchRunArgs(Arguments):
+    agent: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    workspace: str = Field(min_length=1)
+    wait: bool = False
+    continuation: ContinuationArgs | None = None
+
+
+class DispatchStatusArgs(Arguments):
+    run_id: str = Field(min_length=1)

@@ -66,19 +66,47 @@
     backlog: { unread: new Map(), etag: null },
     filters: { repo: "", role: "", cap: "" },
     waitingForKey: false,
+    runsMissing: false,
+    openRun: null,
+    runStream: null,
   };
 
-  async function get(path, etag) {
-    const headers = { Accept: "application/json" };
+  const authHeaders = (accept) => {
+    const headers = { Accept: accept };
     if (state.key) headers["X-API-Key"] = state.key;
-    if (etag) headers["If-None-Match"] = etag;
-    const response = await fetch(path, { headers, cache: "no-store", credentials: "same-origin" });
+    return headers;
+  };
+
+  function refused(response) {
     if (response.status === 401 || response.status === 403) {
       throw new KeyRequired(response.status === 401 ? "This Muster asks for an API key." : "That API key was refused.");
     }
+  }
+
+  async function get(path, etag) {
+    const headers = authHeaders("application/json");
+    if (etag) headers["If-None-Match"] = etag;
+    const response = await fetch(path, { headers, cache: "no-store", credentials: "same-origin" });
+    refused(response);
     if (response.status === 304) return { notModified: true, etag };
     if (!response.ok) throw new Error(`${path} answered ${response.status}`);
     return { body: await response.json(), etag: response.headers.get("ETag") };
+  }
+
+  // A POST whose answer (a run, or a problem) is shown to the person who asked.
+  async function post(path, body) {
+    const headers = authHeaders("application/json");
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const response = await fetch(path, {
+      method: "POST",
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: "no-store",
+      credentials: "same-origin",
+    });
+    refused(response);
+    const answer = await response.json().catch(() => ({}));
+    return { ok: response.ok, status: response.status, answer };
   }
 
   // ------------------------------------------------------------------ roster
@@ -207,6 +235,192 @@
     document.getElementById("remote-count").textContent = String(rows.length);
   }
 
+
+  // ------------------------------------------------------------------ runs
+
+  const runSeconds = (run) => {
+    if (!run.started_at) return null;
+    const end = run.finished_at ? Date.parse(run.finished_at) : Date.now();
+    return (end - Date.parse(run.started_at)) / 1000;
+  };
+  const usageText = (usage) =>
+    usage ? `${usage.input ?? 0} in · ${usage.output ?? 0} out${usage.cost_usd ? ` · $${usage.cost_usd}` : ""}` : "";
+  const errorText = (error) => (error ? error.code || "error" : "");
+
+  async function pollRuns() {
+    if (state.runsMissing) return;
+    let got;
+    try {
+      got = await get("/dispatch/runs?limit=50");
+    } catch (error) {
+      // A service without dispatch runs: the section goes away instead of failing every two seconds.
+      if (!/answered 404$/.test(error.message)) throw error;
+      state.runsMissing = true;
+      document.getElementById("runs").hidden = true;
+      return;
+    }
+    const rows = got.body.runs.map((run) => {
+      const tr = document.createElement("tr");
+      tr.className = run.status;
+      tr.dataset.runId = run.id;
+      const link = el("a", run.id.slice(0, 12));
+      link.href = `#/runs/${encodeURIComponent(run.id)}`;
+      const first = document.createElement("td");
+      first.className = "mono";
+      first.append(link);
+      const seconds = runSeconds(run);
+      tr.append(first, cell(run.status, "run-status"), cell(run.agent, "agent"));
+      tr.append(cell(seconds === null ? "" : duration(seconds)), cell(usageText(run.usage)));
+      tr.append(cell(errorText(run.error), "error"), cell(run.prompt));
+      return tr;
+    });
+    document.querySelector("#run-list tbody").replaceChildren(...rows);
+    document.getElementById("runs-empty").hidden = rows.length > 0;
+    document.getElementById("run-count").textContent = String(rows.length);
+  }
+
+  function showRun(run) {
+    document.getElementById("run-id").textContent = inert(run.id);
+    const status = document.getElementById("run-status");
+    status.textContent = inert(run.status);
+    status.dataset.status = run.status;
+    document.getElementById("run-agent").textContent = inert(run.selected || run.agent);
+    document.getElementById("run-workspace").textContent = inert(run.workspace);
+    const seconds = runSeconds(run);
+    document.getElementById("run-duration").textContent = seconds === null ? "not started" : duration(seconds);
+    document.getElementById("run-usage").textContent = usageText(run.usage);
+    const error = run.error ? `${inert(run.error.code || "error")}: ${inert(run.error.message || "")}` : "";
+    document.getElementById("run-error").textContent = error;
+    document.getElementById("run-prompt").textContent = inert(run.prompt);
+    document.getElementById("run-text").textContent = run.text ? run.text.split("\n").map(inert).join("\n") : "";
+    const finished = ["completed", "failed", "cancelled", "interrupted"].includes(run.status);
+    document.getElementById("cancel-run").disabled = finished;
+    document.querySelector("#steer-form button").disabled = finished;
+  }
+
+  function eventDetail(event) {
+    const text = event.text ?? event.message ?? event.name ?? "";
+    if (text) return String(text);
+    const rest = Object.fromEntries(Object.entries(event).filter(([k]) => k !== "type"));
+    return Object.keys(rest).length ? JSON.stringify(rest).slice(0, 500) : "";
+  }
+
+  function appendEvent(observation) {
+    const tr = document.createElement("tr");
+    tr.dataset.seq = String(observation.seq);
+    const when = observation.at ? new Date(observation.at) : null;
+    const at = when && !Number.isNaN(when.getTime()) ? when.toISOString().slice(11, 23) : "";
+    const detail = el("td", undefined, "detail");
+    detail.textContent = eventDetail(observation.event || {}).split("\n").map(inert).join("\n");
+    tr.append(cell(String(observation.seq)), cell(at), cell(observation.event?.type ?? "raw", "event-type"), detail);
+    const tbody = document.querySelector("#events tbody");
+    tbody.append(tr);
+    document.getElementById("event-count").textContent = String(tbody.rows.length);
+  }
+
+  // SSE read with fetch (EventSource cannot send X-API-Key), resumed with Last-Event-ID after a dropped connection.
+  async function followRun(runId, signal) {
+    const stream = document.getElementById("stream-state");
+    let last = 0;
+    let over = false;
+    const take = (fields) => {
+      if (fields.event === "result") {
+        showRun(JSON.parse(fields.data));
+        over = true;
+      } else if (fields.data !== undefined && fields.id !== undefined) {
+        last = Number(fields.id);
+        appendEvent(JSON.parse(fields.data));
+      }
+    };
+    while (!over && !signal.aborted) {
+      try {
+        const headers = authHeaders("text/event-stream");
+        if (last) headers["Last-Event-ID"] = String(last);
+        const response = await fetch(`/dispatch/runs/${encodeURIComponent(runId)}/events`, { headers, signal });
+        refused(response);
+        if (!response.ok) throw new Error(`the event stream answered ${response.status}`);
+        stream.textContent = "· live";
+        await readSse(response.body, take);
+      } catch (error) {
+        if (signal.aborted) return;
+        if (error instanceof KeyRequired) return askForKey(error.message);
+        stream.textContent = `· reconnecting (${inert(error.message)})`;
+        await new Promise((resume) => window.setTimeout(resume, 1000));
+      }
+    }
+    stream.textContent = over ? "· ended" : "";
+  }
+
+  async function readSse(body, take) {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    let fields = {};
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n")) >= 0) {
+        const line = buffer.slice(0, end).replace(/\r$/, "");
+        buffer = buffer.slice(end + 1);
+        if (line === "") {
+          take(fields);
+          fields = {};
+        } else if (!line.startsWith(":")) {
+          const colon = line.indexOf(":");
+          const key = colon < 0 ? line : line.slice(0, colon);
+          const text = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+          fields[key] = fields[key] === undefined ? text : `${fields[key]}\n${text}`;
+        }
+      }
+    }
+  }
+
+  function control(kind) {
+    return async (event) => {
+      if (event) event.preventDefault();
+      const runId = state.openRun;
+      const input = document.getElementById("steer-input");
+      const body = kind === "steer" ? { text: input.value } : undefined;
+      const answer = document.getElementById("control-answer");
+      try {
+        const got = await post(`/dispatch/runs/${encodeURIComponent(runId)}/${kind}`, body);
+        if (got.ok) {
+          showRun(got.answer);
+          answer.textContent = kind === "steer" ? "steering sent" : "cancel asked";
+          input.value = kind === "steer" ? "" : input.value;
+        } else {
+          answer.textContent = `${kind} refused: ${inert(got.answer.detail || got.status)}`;
+        }
+      } catch (error) {
+        answer.textContent = inert(error.message);
+      }
+    };
+  }
+
+  function route() {
+    const match = window.location.hash.match(/^#\/runs\/([^/]+)$/);
+    if (state.runStream) state.runStream.abort();
+    state.openRun = match ? decodeURIComponent(match[1]) : null;
+    document.getElementById("overview").hidden = Boolean(match);
+    document.getElementById("run-view").hidden = !match;
+    if (!match) return;
+    document.querySelector("#events tbody").replaceChildren();
+    document.getElementById("control-answer").textContent = "";
+    state.runStream = new AbortController();
+    get(`/dispatch/runs/${encodeURIComponent(state.openRun)}`)
+      .then((got) => showRun(got.body))
+      .catch((error) => (error instanceof KeyRequired ? askForKey(error.message) : connection("offline", inert(error.message))));
+    followRun(state.openRun, state.runStream.signal);
+  }
+
+  async function pollOpenRun() {
+    if (!state.openRun) return;
+    const status = document.getElementById("run-status").dataset.status;
+    if (["completed", "failed", "cancelled", "interrupted"].includes(status)) return;
+    showRun((await get(`/dispatch/runs/${encodeURIComponent(state.openRun)}`)).body);
+  }
+
   // ------------------------------------------------------------------ loop, connection, key
 
   function connection(kind, text) {
@@ -258,6 +472,7 @@
       state.waitingForKey = false;
       document.getElementById("key-form").hidden = true;
       forget.hidden = false;
+      if (state.openRun) route(); // the run page's stream stopped at the 401: start it again with the key
     });
     for (const select of document.querySelectorAll(".filters select")) {
       select.addEventListener("change", () => {
@@ -265,9 +480,15 @@
         renderRoster();
       });
     }
+    document.getElementById("steer-form").addEventListener("submit", control("steer"));
+    document.getElementById("cancel-run").addEventListener("click", control("cancel"));
+    window.addEventListener("hashchange", route);
+    route();
     loop(pollRoster, POLL_MS);
     loop(pollBacklog, POLL_MS);
     loop(pollRemote, REMOTE_POLL_MS);
+    loop(pollRuns, POLL_MS);
+    loop(pollOpenRun, POLL_MS);
     window.setInterval(tick, 1000);
   }
 

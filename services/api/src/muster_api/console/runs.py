@@ -1,0 +1,165 @@
+"""``muster run AGENT PROMPT [--follow]`` and ``muster runs``: turns of work dispatched by the service.
+
+A followed run is read from its SSE stream (``/dispatch/runs/{id}/events``) as it happens: on a terminal with a
+spinner while the agent works, its text as it comes and its usage at the end; piped as plain lines; with ``--json``
+one event per line and the run last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from muster_api.console.output import Cell, Output
+from muster_api.console.text import duration, inert, lines
+from muster_api.errors import CommandError
+from muster_client import MusterClient
+from muster_client.calls import Call, given
+from muster_client.core import raise_for_problem
+from muster_client.sse import EventParser, ServerEvent
+
+FINISHED_BADLY = frozenset({"failed", "cancelled", "interrupted"})
+STATUS_STYLE = {"completed": "green", "failed": "bold red", "interrupted": "red", "cancelled": "dim"}
+DEFAULT_WORKSPACE = "default"
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise CommandError("the service answered something other than a run")
+    return data
+
+
+def _seconds(run: dict[str, Any]) -> float | None:
+    if not run.get("started_at") or not run.get("finished_at"):
+        return None
+    return (datetime.fromisoformat(run["finished_at"]) - datetime.fromisoformat(run["started_at"])).total_seconds()
+
+
+def usage_text(usage: dict[str, Any] | None) -> str:
+    if not usage:
+        return ""
+    cost = f" · ${usage['cost_usd']}" if usage.get("cost_usd") else ""
+    return f"{usage.get('input', 0)} in · {usage.get('output', 0)} out{cost}"
+
+
+def _row(run: dict[str, Any]) -> list[Cell]:
+    seconds = _seconds(run)
+    error = run.get("error") or {}
+    prompt = inert(str(run.get("prompt", "")).split("\n")[0])
+    return [
+        (inert(run["id"]), "bold"),
+        (inert(run["status"]), STATUS_STYLE.get(run["status"], "yellow")),
+        inert(run.get("selected") or run.get("agent")),
+        "" if seconds is None else duration(seconds),
+        usage_text(run.get("usage")),
+        (inert(error.get("code", "")), "red"),
+        prompt[:60] + ("…" if len(prompt) > 60 else ""),
+    ]
+
+
+def list_runs(args: argparse.Namespace, out: Output) -> int:
+    params = given(agent=args.agent, status=args.status, limit=args.limit)
+    with MusterClient(args.url) as client:
+        page = client.call(Call("GET", "/dispatch/runs", _object, params=params))
+    if out.as_json:
+        out.json(page)
+    elif page["runs"]:
+        out.table(("run", "status", "agent", "duration", "usage", "error", "prompt"), [_row(r) for r in page["runs"]])
+    else:
+        out.line("no run yet", "dim")
+    return 0
+
+
+def events(client: MusterClient, run_id: str) -> Iterator[ServerEvent]:
+    """The run's SSE stream, from its first event to its ``result``."""
+    timeout = httpx.Timeout(client.timeout, read=None)
+    path = f"/dispatch/runs/{quote(run_id, safe='')}/events"
+    try:
+        with (
+            httpx.Client(base_url=client.url, timeout=timeout) as http,
+            http.stream("GET", path, headers=client.stream_headers(None)) as response,
+        ):
+            if response.status_code >= 400:
+                response.read()
+                raise_for_problem(response)
+            parser = EventParser()
+            for line in response.iter_lines():
+                event = parser.feed(line)
+                if event is not None:
+                    yield event
+    except httpx.TransportError as exc:
+        raise client.unreachable(exc) from exc
+
+
+def _detail(event: dict[str, Any]) -> str:
+    text = event.get("text") or event.get("message") or event.get("name") or ""
+    return str(text)
+
+
+def _show_event(out: Output, kind: str, observation: dict[str, Any]) -> None:
+    if out.as_json:
+        out.json(observation)
+        return
+    if kind in ("turn.input", "turn.result", "usage"):
+        return  # the prompt was given here, the result is shown at the end
+    detail = _detail(observation.get("event") or {})
+    if out.rich:
+        style = "red" if kind in ("failure", "error") else ("dim" if kind not in ("text", "text_delta") else "")
+        prefix = "" if kind in ("text", "text_delta") else f"[{kind}] "
+        for text in lines(detail) if detail else [f"{inert(kind)}"]:
+            out.line(prefix + text, style)
+    else:
+        for text in lines(detail) or [""]:
+            out.line(f"{observation.get('seq', '')} {inert(kind)} {text}".rstrip())
+
+
+def _finish(out: Output, run: dict[str, Any]) -> int:
+    if out.as_json:
+        out.json(run)
+    else:
+        seconds = _seconds(run)
+        facts = [inert(run["status"])]
+        if seconds is not None:
+            facts.append(duration(seconds))
+        if run.get("usage"):
+            facts.append(usage_text(run["usage"]))
+        mark = "✓" if run["status"] == "completed" else "✗"
+        out.line(f"{mark} run {inert(run['id'])} " + " · ".join(facts), STATUS_STYLE.get(run["status"], "bold"))
+    error = run.get("error")
+    if run["status"] in FINISHED_BADLY:
+        reason = f"{inert(error.get('code'))}: {inert(error.get('message'))}" if error else run["status"]
+        raise CommandError(f"run {run['id']} ended {run['status']} ({reason})")
+    return 0
+
+
+def follow(out: Output, client: MusterClient, run: dict[str, Any]) -> int:
+    agent = inert(run.get("agent"))
+    with out.waiting(f"{agent} is working on run {inert(run['id'])}…"):
+        for event in events(client, run["id"]):
+            data = json.loads(event.data)
+            if event.event == "result":
+                return _finish(out, _object(data))
+            _show_event(out, event.event, _object(data))
+    raise CommandError(f"the event stream of run {run['id']} ended before its result: `muster runs` shows its state")
+
+
+def start_run(args: argparse.Namespace, out: Output) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    body = {"agent": args.agent, "prompt": prompt, "workspace": args.workspace}
+    with MusterClient(args.url) as client:
+        run = client.call(Call("POST", "/dispatch/runs", _object, body=body))
+        if args.follow:
+            return follow(out, client, run)
+    if out.as_json:
+        out.json(run)
+    else:
+        out.line(f"queued run {inert(run['id'])} on {inert(run['agent'])}", "bold")
+        out.line(f"  follow it: muster run … --follow, or the dashboard at {client.url}/#/runs/{run['id']}", "dim")
+    return 0
