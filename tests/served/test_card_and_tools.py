@@ -99,6 +99,17 @@ async def test_refusals_and_a_quota_failure_say_what_happened(
         bad_context = _rpc(url, "SendMessage", _message("x", contextId="../etc"))
         assert "contextId" in bad_context["error"]["message"]  # type: ignore[index]
 
+        # A2A errors reach the client as the SDK writes them (never rewritten as the service's problem+json).
+        version = httpx.post(
+            url,
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers={"A2A-Version": "9.9"},
+        ).json()
+        assert version["error"]["code"] == -32009
+        assert version["error"]["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+        missing = httpx.get(f"{url}/rest/tasks/{'0' * 32}", headers={"A2A-Version": "1.0"})
+        assert missing.status_code == 404 and missing.headers["content-type"] == "application/json"
+        assert missing.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
         # Media types: a JSON-RPC body not declared JSON is ContentTypeNotSupportedError; REST answers are JSON.
         wrong = httpx.post(url, content=b"{}", headers={"Content-Type": "text/plain", "A2A-Version": "1.0"}).json()
         assert wrong["error"]["code"] == -32005
