@@ -4,18 +4,19 @@ quota-limited first candidate falls back to the second, and the task's history s
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from a2a.types import TaskState
+from a2a.types import CancelTaskRequest, GetTaskRequest, TaskState
 
-from tests.dispatch.cli.support import CODEX_KEY_VAR, RESET_EPOCH
+from tests.dispatch.cli.support import CODEX_KEY_VAR, RESET_EPOCH, new_marker, processes_with
 from tests.dispatch.conftest import InstalledClis, installed_clis
 from tests.dispatch.fakes import openai
 from tests.dispatch.fakes.openai import MODEL, FakeOpenAI
 from tests.dispatch.fakes.plans import Reply
-from tests.served.support import live_muster, run_of, sdk_client, send_request, served_settings
+from tests.served.support import live_muster, run_of, sdk_client, send_request, served_settings, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
 
@@ -29,7 +30,7 @@ def fakes() -> Iterator[tuple[FakeOpenAI, FakeOpenAI]]:
         yield limited, working
 
 
-def _codex(url: str) -> str:
+def _codex(url: str, **extra: str) -> str:
     variables = {
         "MUSTER_CODEX_BASE_URL": f"{url}/v1",
         "MUSTER_CODEX_ENV_KEY": CODEX_KEY_VAR,
@@ -37,6 +38,7 @@ def _codex(url: str) -> str:
         "MUSTER_CODEX_MAX_RETRIES": "1",
         "MUSTER_CODEX_SANDBOX": "danger-full-access",
         "TZ": "UTC",  # codex prints the reset time in local time
+        **extra,
     }
     table = ", ".join(f"{key} = {json.dumps(value)}" for key, value in variables.items())
     return f'kind = "cli"\nharness = "codex"\nmodel = "{MODEL}"\nvariables = {{ {table} }}\n'
@@ -72,3 +74,40 @@ async def test_a_served_fallback_of_two_codex_candidates(
     assert run["selected"] == "codex-backup"
     assert [a["agent"] for a in run["attempts"]] == ["codex-limited", "codex-backup"]  # type: ignore[union-attr,index]
     assert working.script.model_requests() and limited.script.model_requests()
+
+
+async def test_cancel_task_stops_the_codex_cli(
+    installed_clis: InstalledClis,
+    fakes: tuple[FakeOpenAI, FakeOpenAI],
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, working = fakes
+    gate = threading.Event()  # the model's answer is held: the CLI stays in its turn until cancelled
+    working.script.plan(Reply(text="too late", gate=gate))
+    marker = new_marker()
+    settings = served_settings(db_url, tmp_path, monkeypatch)
+    settings.config.write_text(f"[dispatch_agents.held]\n{_codex(working.url, **marker)}a2a = true\n")
+    try:
+        with live_muster(settings) as base:
+            async with sdk_client(base, "held", "HTTP+JSON", "1.0") as client:
+                [response] = [r async for r in client.send_message(send_request("Wait", immediately=True))]
+                task_id = response.task.id
+
+                async def cli_running() -> bool:
+                    return bool(processes_with(marker)) and bool(working.script.model_requests())
+
+                await until(cli_running, 60)
+                canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+                assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+
+                async def no_cli_left() -> bool:
+                    return not processes_with(marker)
+
+                await until(no_cli_left)
+                fetched = await client.get_task(GetTaskRequest(id=task_id))
+                assert fetched.status.state == TaskState.TASK_STATE_CANCELED
+                assert run_of(base, task_id)["status"] == "cancelled"
+    finally:
+        gate.set()
