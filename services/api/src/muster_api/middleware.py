@@ -5,6 +5,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 
@@ -110,14 +111,19 @@ def _open(path: str) -> bool:
 
 class ApiKeyGuard:
     """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs one of them in
-    ``X-API-Key``."""
+    ``X-API-Key``. ``public``: a pattern of further paths open to GET and HEAD (the served agents' cards, when the
+    operator makes them public)."""
 
-    def __init__(self, app: ASGIApp, keys: Sequence[str]) -> None:
+    def __init__(self, app: ASGIApp, keys: Sequence[str], public: str | None = None) -> None:
         self.app = app
         self.keys = [k.encode() for k in keys]
+        self.public = re.compile(public) if public else None
+
+    def _open(self, path: str) -> bool:
+        return _open(path) or (self.public is not None and self.public.match(path) is not None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or (_open(scope["path"]) and scope["method"] in OPEN_METHODS):
+        if scope["type"] != "http" or not self.keys or (self._open(scope["path"]) and scope["method"] in OPEN_METHODS):
             await self.app(scope, receive, send)
             return
         presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)

@@ -57,6 +57,9 @@ class A2ASettings(BaseSettings):
     lease_seconds: float = Field(default=DEFAULT_LEASE.total_seconds(), gt=0)
     renew_seconds: float | None = Field(default=None, gt=0)
     scan_seconds: float | None = Field(default=None, gt=0)
+    # The cards of the agents Muster serves (/a2a/serve/{name}/.well-known/agent-card.json) readable without an API
+    # key: they say what an agent does and where, never a credential; the operations stay keyed.
+    serve_public_cards: bool = False
 
     @property
     def lease(self) -> timedelta:

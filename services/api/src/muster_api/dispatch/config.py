@@ -3,6 +3,7 @@
 NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` | ``{kind = "fallback", agents, on}`` |
 ``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in variables is expanded as in the agents
 block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are unaffected.
+Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the agent is then served over A2A too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from muster_a2a import AgentConfigError
 from muster_a2a.config import expand_env
@@ -35,6 +36,31 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 
+class ServedSkill(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=2000)
+    tags: list[str] = Field(default_factory=list, max_length=20)
+
+
+class ServedOptions(BaseModel):
+    """``a2a = true`` or ``a2a = {description, skills}``: the agent is also served over A2A (``muster_api.served``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str | None = Field(default=None, min_length=1, max_length=2000)
+    skills: list[ServedSkill] = Field(default_factory=list, max_length=50)
+
+
+def _served(value: Any) -> Any:
+    return ServedOptions() if value is True else None if value is False else value
+
+
+Served = Annotated[ServedOptions | None, BeforeValidator(_served)]
+
+
 class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,6 +69,7 @@ class CliEntry(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
+    a2a: Served = None
 
 
 class FallbackEntry(BaseModel):
@@ -51,6 +78,7 @@ class FallbackEntry(BaseModel):
     kind: Literal["fallback"]
     agents: list[str] = Field(min_length=1, max_length=20)
     on: list[Literal["quota", "unavailable"]] = Field(default=["quota", "unavailable"], min_length=1)
+    a2a: Served = None
 
 
 class CustomEntry(BaseModel):
@@ -58,6 +86,7 @@ class CustomEntry(BaseModel):
 
     kind: Literal["custom"]
     entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN)
+    a2a: Served = None
 
 
 Entry = Annotated[CliEntry | FallbackEntry | CustomEntry, Field(discriminator="kind")]
@@ -81,6 +110,11 @@ class AgentDefinition:
     @property
     def model(self) -> str | None:
         return self.entry.model if isinstance(self.entry, CliEntry) else None
+
+    @property
+    def served(self) -> ServedOptions | None:
+        """How the agent is served over A2A; None when it is not (or its entry is wrong)."""
+        return self.entry.a2a if self.entry is not None and self.error is None else None
 
     @property
     def members(self) -> list[str] | None:
