@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 
-from muster_a2a import AgentConfigError
+from muster_a2a import AgentConfigError, ParsedAgents, parse_agents_config
 
 DEFAULT_CONFIG = Path("muster.toml")
 
@@ -42,3 +42,12 @@ def parse_document(text: str, path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise AgentConfigError(f"config file {path}: the top level must be a table/object")
     return data
+
+
+async def load_agents_block(path: Path) -> ParsedAgents:
+    """The A2A ``agents`` block, checked; its errors name the file."""
+    config = await read_config(path)
+    try:
+        return parse_agents_config(config)
+    except AgentConfigError as exc:
+        raise AgentConfigError(f"config file {path}: {exc}") from None

@@ -151,7 +151,7 @@ def describe_database_error(exc: BaseException, url: str) -> str:
 async def check_config(settings: Settings) -> None:
     """The config file (``MUSTER_CONFIG``) exists when named, parses, and its ``agents`` block is well formed."""
     from muster_a2a import AgentConfigError
-    from muster_api.a2a.config import load_agents_block
+    from muster_api.configfile import load_agents_block
 
     try:
         await load_agents_block(settings.config)

@@ -43,8 +43,8 @@ from muster_a2a import (
     ToolResult,
     load_agents,
 )
-from muster_api.a2a.config import load_agents_block
 from muster_api.a2a.store import SqlCallStore
+from muster_api.configfile import load_agents_block
 from muster_api.errors import ConfigurationError, NotReadyError
 from muster_api.runtime import Runtime
 
