@@ -82,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_console(sub)
 
-    from muster_api.dispatch import commands as dispatch_commands
+    from muster_api import dispatch_commands
 
     dispatch_commands.register(sub)
     args = parser.parse_args(argv)

@@ -1,4 +1,7 @@
-"""``muster worker`` (dispatch workers without HTTP) and ``muster install`` (the pinned CLIs), for the CLI."""
+"""``muster worker`` (dispatch workers without HTTP) and ``muster install`` (the pinned CLIs), for the CLI.
+
+Outside ``muster_api.dispatch``: start-up checks the whole service's settings (``muster_api.startup``), which the
+capability itself must not depend on."""
 
 from __future__ import annotations
 
