@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.databases import PostgresServer, migrated_sqlite, sqlite_copy
+
+# A suite started as a background job of a non-interactive shell (as CI runners often start it) has SIGINT ignored,
+# and every process it starts inherits that. The tests that press Ctrl-C in a `muster` process need it at its default,
+# as a terminal gives it: a handler of ours is reset to the default in every child at exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
