@@ -3,8 +3,6 @@ token: every operation, positive and negative examples, every check schemathesis
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +12,13 @@ import httpx
 import hypothesis
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, Phase
 from schemathesis import GenerationMode
 from schemathesis.checks import CHECKS, load_all_checks
 
 from muster_api.app import create_app
 from muster_api.settings import Settings
-from tests.support.net import free_port
+from tests.support.live import live_server
 
 MAX_EXAMPLES = 12
 API_KEY = "k-schemathesis"
@@ -50,19 +47,8 @@ def live(
     app = create_app(
         Settings(database_url=db_url, config=tmp_path / "muster.toml", log_level="WARNING", api_keys=keys)  # type: ignore[arg-type]
     )
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.02)
-        yield Live(f"http://127.0.0.1:{port}")
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
+    with live_server(app) as base_url:
+        yield Live(base_url)
 
 
 def _all_checks() -> list[Any]:

@@ -1,26 +1,27 @@
-"""The whole app served over real HTTP on a loopback port, from a background thread: for clients that are not
-Python coroutines (a browser, the ``muster`` CLI in its own process)."""
+"""An ASGI app served over real HTTP on a loopback port, from a background thread: for clients that are not the
+test's own coroutines (a browser, the ``muster`` CLI in its own process, a coding-agent CLI calling a fake model), and
+so that the server keeps answering while a test blocks on a subprocess."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Literal
 
 import uvicorn
-from fastapi import FastAPI
 
 from tests.support.net import free_port
 
 
 @contextmanager
-def live_server(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` (lifespan included) until the block exits; yields ``http://127.0.0.1:PORT``."""
+def serve_in_thread(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
+    """Serve ``app`` until the block exits; yields ``http://127.0.0.1:PORT``."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan=lifespan)
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"muster-{port}", daemon=True)
+    thread = threading.Thread(target=server.run, name=f"served-{port}", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
@@ -32,3 +33,8 @@ def live_server(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+def live_server(app: Any) -> AbstractContextManager[str]:
+    """The whole service app, its lifespan (migrations, workers) included."""
+    return serve_in_thread(app, lifespan="on")
