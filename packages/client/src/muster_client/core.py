@@ -139,5 +139,11 @@ def run_event(event: ServerEvent) -> RunEvent:
     except ValueError:
         data = {"raw": event.data}
     body = data if isinstance(data, dict) else {"value": data}
-    seq = int(event.id) if event.id and event.id.isdigit() and event.event != "result" else None
-    return RunEvent(id=seq, type=event.event, data=body)
+    if event.event == "result":
+        return RunEvent(id=None, type="result", data=body)
+    # A journal row comes unnamed (an agent's own ``result`` event must not read as the end): its type is the
+    # normalized event's.
+    journaled = body.get("event")
+    kind = journaled.get("type") if isinstance(journaled, dict) else None
+    seq = int(event.id) if event.id and event.id.isdigit() else None
+    return RunEvent(id=seq, type=kind if isinstance(kind, str) else event.event, data=body)

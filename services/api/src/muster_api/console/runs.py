@@ -8,22 +8,15 @@ one event per line and the run last.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
-from urllib.parse import quote
-
-import httpx
 
 from muster_api.console.output import Cell, Output
 from muster_api.console.text import duration, inert, lines
 from muster_api.errors import CommandError
 from muster_client import MusterClient
 from muster_client.calls import Call, given
-from muster_client.core import raise_for_problem
-from muster_client.sse import EventParser, ServerEvent
 
 FINISHED_BADLY = frozenset({"failed", "cancelled", "interrupted"})
 STATUS_STYLE = {"completed": "green", "failed": "bold red", "interrupted": "red", "cancelled": "dim"}
@@ -77,27 +70,6 @@ def list_runs(args: argparse.Namespace, out: Output) -> int:
     return 0
 
 
-def events(client: MusterClient, run_id: str) -> Iterator[ServerEvent]:
-    """The run's SSE stream, from its first event to its ``result``."""
-    timeout = httpx.Timeout(client.timeout, read=None)
-    path = f"/dispatch/runs/{quote(run_id, safe='')}/events"
-    try:
-        with (
-            httpx.Client(base_url=client.url, timeout=timeout) as http,
-            http.stream("GET", path, headers=client.stream_headers(None)) as response,
-        ):
-            if response.status_code >= 400:
-                response.read()
-                raise_for_problem(response)
-            parser = EventParser()
-            for line in response.iter_lines():
-                event = parser.feed(line)
-                if event is not None:
-                    yield event
-    except httpx.TransportError as exc:
-        raise client.unreachable(exc) from exc
-
-
 def _detail(event: dict[str, Any]) -> str:
     text = event.get("text") or event.get("message") or event.get("name") or ""
     return str(text)
@@ -142,11 +114,10 @@ def _finish(out: Output, run: dict[str, Any]) -> int:
 def follow(out: Output, client: MusterClient, run: dict[str, Any]) -> int:
     agent = inert(run.get("agent"))
     with out.waiting(f"{agent} is working on run {inert(run['id'])}…"):
-        for event in events(client, run["id"]):
-            data = json.loads(event.data)
-            if event.event == "result":
-                return _finish(out, _object(data))
-            _show_event(out, event.event, _object(data))
+        for event in client.run_events(run["id"]):
+            if event.type == "result":
+                return _finish(out, event.data)
+            _show_event(out, event.type, event.data)
     raise CommandError(f"the event stream of run {run['id']} ended before its result: `muster runs` shows its state")
 
 
