@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,6 +39,9 @@ from muster_api.mesh.tables import agents
 from muster_api.settings import Settings
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from pg import fresh_postgres  # noqa: E402
+
 CLIENTS = 16
 THROUGHPUT_SECONDS = 3.0
 # A p99 of 300 samples is the third-worst one: on a shared 2-core machine, one burst of someone else's work decided
@@ -100,24 +103,6 @@ def server(db_url: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-
-@asynccontextmanager
-async def fresh_postgres(admin_url: str) -> AsyncIterator[str]:
-    import asyncpg  # type: ignore[import-untyped]
-
-    name = f"muster_bench_{os.getpid()}"
-    base = admin_url.rpartition("/")[0]
-    admin = await asyncpg.connect(admin_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"{base}/{name}"
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 async def join(client: httpx.AsyncClient, agent_id: str, **fields: object) -> dict[str, str]:
@@ -299,7 +284,7 @@ async def main() -> None:
         await run_on("SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}")
     pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
     if "@127.0.0.1" in pg_admin or "@localhost" in pg_admin:
-        async with fresh_postgres(pg_admin) as url:
+        async with fresh_postgres(pg_admin, "muster_bench") as url:
             await run_on("PostgreSQL", url)
     else:
         print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")

@@ -23,8 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import anyio
@@ -32,9 +32,11 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
 import bench_agents  # noqa: E402
 
 from muster_dispatch import AgentInput, Journal, custom_agent, dispatch  # noqa: E402
+from pg import fresh_postgres  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
 RUNS = 100
@@ -237,29 +239,11 @@ async def run_on(label: str, db_url: str, shared: bool) -> None:
                 print(f"  ({len(latencies)} events, {RUNS} runs of {bench_agents.EVENTS} events per throughput figure)")
 
 
-@asynccontextmanager
-async def fresh_postgres(admin_url: str) -> AsyncIterator[str]:
-    import asyncpg  # type: ignore[import-untyped]
-
-    name = f"muster_bench_runs_{os.getpid()}"
-    base = admin_url.rpartition("/")[0]
-    admin = await asyncpg.connect(admin_url)
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"{base}/{name}"
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 async def main() -> None:
     started = time.perf_counter()
     pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
     if "@127.0.0.1" in pg_admin or "@localhost" in pg_admin:
-        async with fresh_postgres(pg_admin) as url:
+        async with fresh_postgres(pg_admin, "muster_bench_runs") as url:
             await run_on("PostgreSQL", url, shared=True)
     else:
         print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
