@@ -11,7 +11,7 @@ from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.notify import RunNotifier
-from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
+from muster_api.dispatch.store import SqlConversationStore, run_store
 from muster_api.runtime import utc_now
 from muster_api.settings import Settings
 from muster_dispatch import JournalSink
@@ -41,7 +41,7 @@ async def test_sql_journal(name: str, db_url: str) -> None:
         engine = create_engine(Settings(database_url=db_url).database_url)
         try:
             await upgrade(engine)
-            store = SqlRunStore(engine, RunNotifier(engine))
+            store = run_store(engine, RunNotifier(engine))
 
             async def open_journal(key: str) -> JournalSink:
                 return await SqlJournal.open(store, key, utc_now)

@@ -15,6 +15,10 @@ from muster_api.db.url import is_sqlite, sqlite_path
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # A pooled connection idle for longer than this is pinged before use; one used more recently is not (see _ping_idle).
 PING_AFTER_IDLE_SECONDS = 1.0
+# Execution option: the connection only reads, one statement at a time, so on SQLite it takes no write lock (each
+# statement is then its own read transaction, which WAL never blocks). ``engine.execution_options(**{UNLOCKED_READS:
+# True})`` makes such an engine on the same pool.
+UNLOCKED_READS = "muster_unlocked_reads"
 
 
 def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
@@ -55,7 +59,8 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
     def _on_begin(conn: Any) -> None:
         # IMMEDIATE takes the write lock up front: a deferred transaction that later writes can fail with
         # SQLITE_BUSY without waiting (lock upgrade deadlock), which busy_timeout does not cover.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        if not conn.get_execution_options().get(UNLOCKED_READS):
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def _ping_idle(engine: AsyncEngine) -> None:

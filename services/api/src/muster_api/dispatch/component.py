@@ -22,7 +22,7 @@ from muster_api.configfile import read_config
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.notify import RunNotifier
 from muster_api.dispatch.settings import DispatchSettings
-from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
+from muster_api.dispatch.store import SqlConversationStore, run_store
 from muster_api.dispatch.worker import sweep_forever, work_forever
 from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
@@ -40,7 +40,7 @@ class DispatchState:
         self.config = config
         self.instance = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.notifier = RunNotifier(runtime.engine, runtime.dialect)
-        self.store = SqlRunStore(runtime.engine, self.notifier, runtime.dialect)
+        self.store = run_store(runtime.engine, self.notifier, runtime.dialect)
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
         self.provider = local_provider(settings.homes)
         self.agents = DispatchAgents()

@@ -14,6 +14,7 @@ from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
+from muster_api.db.engine import UNLOCKED_READS
 from muster_api.dispatch.models import ACTIVE, Run
 from muster_api.dispatch.notify import NEW_RUN, RunNotifier, control_key
 from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
@@ -46,6 +47,12 @@ class SqlRunStore:
         self.engine = engine
         self.notifier = notifier
         self.dialect = dialect or dialect_of(engine)
+        # A read is one statement: it needs no BEGIN/ROLLBACK round trips around it (PostgreSQL), nor the write
+        # lock every SQLite transaction takes (engine.py), which would queue readers behind a writing worker.
+        self.reads = self.dialect.pick(
+            sqlite=engine.execution_options(**{UNLOCKED_READS: True}),
+            postgresql=engine.execution_options(isolation_level="AUTOCOMMIT"),
+        )
 
     # -- runs ---------------------------------------------------------------------------------------------------
 
@@ -58,19 +65,19 @@ class SqlRunStore:
         return run_of(values)
 
     async def get(self, run_id: str) -> Run | None:
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             row = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().first()
         return run_of(row) if row is not None else None
 
     async def by_key(self, key: str) -> tuple[Run, dict[str, Any]] | None:
         query = select(runs).where(runs.c.idempotency_key == key)
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             row = (await conn.execute(query)).mappings().first()
         return (run_of(row), dict(row)) if row is not None else None
 
     async def active_on(self, workspace: str) -> str | None:
         query = select(runs.c.id).where(runs.c.active_workspace == workspace)
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             return (await conn.execute(query)).scalar()
 
     async def page(self, *, agent: str | None, status: str | None, before: str | None, limit: int) -> list[Run]:
@@ -81,7 +88,7 @@ class SqlRunStore:
             query = query.where(runs.c.status == status)
         if before is not None:
             query = query.where(runs.c.id < before)
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             rows = (await conn.execute(query)).mappings().all()
         return [run_of(row) for row in rows]
 
@@ -89,6 +96,9 @@ class SqlRunStore:
         """The oldest queued run, now running under ``owner`` until ``until``, and whether controls wait for it;
         None when none is queued."""
         candidate = select(runs.c.id).where(runs.c.status == "queued").order_by(runs.c.id).limit(1)
+        async with self.reads.connect() as conn:
+            if (await conn.execute(candidate)).scalar() is None:  # idle: found out without the write lock
+                return None
         async with self.engine.begin() as conn:
             run_id = (await conn.execute(self.dialect.lock_claimable(candidate))).scalar()
             if run_id is None:
@@ -201,7 +211,7 @@ class SqlRunStore:
             .where(controls.c.run_id == run_id, controls.c.id > after)
             .order_by(controls.c.id)
         )
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             return [(row.id, row.kind, row.text) for row in await conn.execute(query)]
 
     # -- journal rows -------------------------------------------------------------------------------------------
@@ -219,13 +229,13 @@ class SqlRunStore:
             .order_by(events.c.seq)
             .limit(limit)
         )
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [Observation(row.seq, row.at, row.source, row.scope, row.event) for row in rows]
 
     async def event_count(self, run_id: str) -> int:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
-        async with self.engine.connect() as conn:
+        async with self.reads.connect() as conn:
             return int((await conn.execute(query)).scalar() or 0)
 
 
@@ -234,6 +244,15 @@ def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
         {"run_id": run_id, "seq": o.seq, "at": o.at, "source": o.source, "scope": o.scope, "event": o.event}
         for o in batch
     ]
+
+
+def run_store(engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> SqlRunStore:
+    """The run store for this database: PostgreSQL's writes are one statement each (store_postgres.py)."""
+    from muster_api.dispatch.store_postgres import PostgresRunStore
+
+    dialect = dialect or dialect_of(engine)
+    kind: type[SqlRunStore] = dialect.pick(sqlite=SqlRunStore, postgresql=PostgresRunStore)
+    return kind(engine, notifier, dialect)
 
 
 class SqlConversationStore:
