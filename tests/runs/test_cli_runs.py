@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -177,6 +178,38 @@ async def test_steer_a_running_claude_turn(
         gate.set()
     assert done["status"] == "completed" and done["text"] == "Goodbye then."
     assert any("Actually, say goodbye" in " ".join(user_texts(r)) for r in fake_anthropic.script.model_requests())
+
+
+async def test_steer_a_running_codex_turn_through_live_input(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed_clis: InstalledClis, fake_openai: FakeOpenAI
+) -> None:
+    """With ``live_input`` codex runs as ``app-server``: the steering posted to the API joins the running turn through
+    its stdin (nothing is stopped, the thread is the same), and the answer is to the steering."""
+    dispatch_env(monkeypatch, tmp_path)
+    gate = threading.Event()
+    fake_openai.script.plan(Reply(text="Hello first.", gate=gate), Reply(text="Goodbye then."))
+    try:
+        async with dispatch_app(
+            f"sqlite:///{tmp_path / 'm.db'}", tmp_path, {"codex": codex(fake_openai.url)}
+        ) as client:
+            run = await start(client, agent="codex", prompt="Say hello", workspace="s", live_input=True)
+            await _until(client, run["id"], "conversation")
+            with anyio.fail_after(60):  # the first answer is held by the fake: the turn is running
+                while not fake_openai.script.model_requests():
+                    await anyio.sleep(0.05)
+            response = await client.post(f"/dispatch/runs/{run['id']}/steer", json={"text": "Actually, say goodbye"})
+            assert response.status_code == 202
+            await _until(client, run["id"], "turn.steer")  # the worker handed it to the running CLI
+            gate.set()
+            done = await finished(client, run["id"])
+            types = [e["event"] for e in (await read_sse(client, run["id"])).events]
+    finally:
+        gate.set()
+    requests = fake_openai.script.model_requests()
+    assert done["status"] == "completed" and done["text"] == "Goodbye then.", (done, types)
+    assert "stopped" not in types, types  # live: the CLI was not stopped and resumed
+    texts = user_texts(requests[-1])
+    assert "Say hello" in texts and "Actually, say goodbye" in texts
 
 
 @pytest.mark.postgres

@@ -1,4 +1,5 @@
-"""Two ``muster worker`` processes and one API process (no workers of its own) on one PostgreSQL."""
+"""Two ``muster worker`` processes and one API process (no workers of its own) on one database: a PostgreSQL, or one
+SQLite file the three processes share (its write lock serialises the claims)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.runs.processes import api, process_env, worker
 from tests.runs.support import write_config
-from tests.support.databases import PostgresServer
-
-pytestmark = pytest.mark.postgres
 
 AGENTS = {
     "mark": {"kind": "custom", "entrypoint": "tests.runs.agents:mark"},
@@ -41,10 +38,7 @@ def until_event(client: httpx.Client, run_id: str, text: str) -> None:
     raise AssertionError(f"run {run_id} ended without an event saying {text!r}")
 
 
-def test_forty_runs_each_executed_once_and_a_killed_worker_interrupts_only_its_run(
-    postgres_server: PostgresServer, tmp_path: Path
-) -> None:
-    db_url = postgres_server.create()
+def test_forty_runs_each_executed_once_and_a_killed_worker_interrupts_only_its_run(db_url: str, tmp_path: Path) -> None:
     config = write_config(tmp_path / "muster.json", AGENTS)
     lease = {"MUSTER_DISPATCH_LEASE_SECONDS": "2"}
     env_api = process_env(db_url, config, tmp_path, "api", MUSTER_DISPATCH_WORKERS="0", **lease)
