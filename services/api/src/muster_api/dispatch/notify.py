@@ -54,27 +54,38 @@ class FileWatch:
         self._engine = engine.execution_options(**{UNLOCKED_READS: True})
         self._wake = wake
 
-    async def run(self) -> None:
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Started once the first version is read: a commit after that wakes the waiters."""
+        started = False
         while True:
             try:
-                await self._watch()
+                async with self._engine.connect() as conn:
+                    last = await self._version(conn)
+                    if not started:
+                        started = True
+                        task_status.started()
+                    await self._watch(conn, last)
             except Exception:  # a lost connection: open another one; waiters keep their own timed looks meanwhile
+                if not started:
+                    raise
                 log.exception("SQLite change watch failed; retrying")
             await anyio.sleep(1.0)
             self._wake()
 
-    async def _watch(self) -> None:
-        async with self._engine.connect() as conn:
-            last = (await conn.exec_driver_sql("PRAGMA data_version")).scalar()
-            pause = self.FASTEST
-            while True:
-                await anyio.sleep(pause)
-                version = (await conn.exec_driver_sql("PRAGMA data_version")).scalar()
-                if version != last:
-                    last, pause = version, self.FASTEST
-                    self._wake()
-                else:
-                    pause = min(self.SLOWEST, pause * 2)
+    @staticmethod
+    async def _version(conn: AsyncConnection) -> object:
+        return (await conn.exec_driver_sql("PRAGMA data_version")).scalar()
+
+    async def _watch(self, conn: AsyncConnection, last: object) -> None:
+        pause = self.FASTEST
+        while True:
+            await anyio.sleep(pause)
+            version = await self._version(conn)
+            if version != last:
+                last, pause = version, self.FASTEST
+                self._wake()
+            else:
+                pause = min(self.SLOWEST, pause * 2)
 
 
 class RunNotifier:
@@ -96,10 +107,10 @@ class RunNotifier:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self._pg is not None:
             await self._pg.run(task_status=task_status)
-            return
-        task_status.started()
-        if self._watch is not None:
-            await self._watch.run()
+        elif self._watch is not None:
+            await self._watch.run(task_status=task_status)
+        else:
+            task_status.started()
 
     @asynccontextmanager
     async def subscribe(self, key: str) -> AsyncIterator[LocalSubscription]:
