@@ -38,6 +38,12 @@ NEW_RUN = "queued"
 CONTROL_PREFIX = "control:"
 
 
+def shielded() -> anyio.CancelScope:
+    """Around one database call: a shutdown waits for it rather than tearing the connection down in the middle of
+    it (aiosqlite then leaves a close pending that the loop cannot finish)."""
+    return anyio.CancelScope(shield=True)
+
+
 def control_key(run_id: str) -> str:
     return f"{CONTROL_PREFIX}{run_id}"
 
@@ -59,12 +65,18 @@ class FileWatch:
         started = False
         while True:
             try:
-                async with self._engine.connect() as conn:
+                conn = self._engine.connect()
+                with shielded():
+                    await conn.start()
+                try:
                     last = await self._version(conn)
                     if not started:
                         started = True
                         task_status.started()
                     await self._watch(conn, last)
+                finally:
+                    with shielded():
+                        await conn.close()
             except Exception:  # a lost connection: open another one; waiters keep their own timed looks meanwhile
                 if not started:
                     raise
@@ -74,7 +86,9 @@ class FileWatch:
 
     @staticmethod
     async def _version(conn: AsyncConnection) -> object:
-        return (await conn.exec_driver_sql("PRAGMA data_version")).scalar()
+        with shielded():
+            result = await conn.exec_driver_sql("PRAGMA data_version")
+        return result.scalar()
 
     async def _watch(self, conn: AsyncConnection, last: object) -> None:
         pause = self.FASTEST

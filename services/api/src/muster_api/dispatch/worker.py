@@ -18,7 +18,7 @@ import anyio
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN, control_key
+from muster_api.dispatch.notify import NEW_RUN, control_key, shielded
 from muster_api.dispatch.workspaces import resolve_workspace
 from muster_dispatch import (
     AgentEvent,
@@ -49,12 +49,6 @@ def _json(value: Any) -> Any:
 
 def idle_wait(state: DispatchState) -> float:
     return state.settings.renew_every if state.notifier.shared else UNSHARED_POLL_SECONDS
-
-
-def shielded() -> anyio.CancelScope:
-    """Around one database call of a worker: a shutdown waits for the call instead of tearing a connection down
-    in the middle of it (aiosqlite then leaves a close pending that the loop cannot finish)."""
-    return anyio.CancelScope(shield=True)
 
 
 async def work_forever(state: DispatchState, owner: str) -> None:
