@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from muster_api.dispatch.store import Clock, SqlRunStore
 from muster_dispatch import Observation
+
+BURST_TURNS = 3
 
 
 class SqlJournal:
@@ -62,8 +65,12 @@ class SqlJournal:
             return batch
 
     async def keep_flushing(self) -> None:
-        """Write each burst of events as it comes, until cancelled (the caller flushes once more afterwards)."""
+        """Write each burst of events as it comes, until cancelled (the caller stores what is left with the run's
+        outcome). A burst rings at its first event: a few turns of the event loop (no wall-clock wait) let the rest
+        of it, and often a short run's whole end, join the one write; a lone event still leaves at once."""
         while True:
             await self._ring.wait()
+            for _ in range(BURST_TURNS):
+                await anyio.lowlevel.checkpoint()
             self._ring = anyio.Event()
             await self.flush()
