@@ -177,23 +177,24 @@ async def test_call_in_flight_is_resumed_after_restart(db_url: str, tmp_path: Pa
 async def test_resumed_call_past_its_budget_is_cancelled(db_url: str, tmp_path: Path) -> None:
     async with a2a_peer("Sleeper") as peer:
         config = write_config(
-            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 400}}
+            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 5000}}
         )
         async with serve(db_url, config=config) as client:
             started = await client.post("/a2a/tools/Sleeper_echo/call", json={"task": "slow 30", "wait": False})
             call_id = started.json()["id"]
             handle = await wait_for(client, call_id, until="handle")
-        # The next service starts after the 400 ms budget ran out: its clock is a second ahead of this one.
+        # The next service starts after the 5 s budget ran out: its clock is ten seconds ahead of this one. (A short
+        # budget on the real clock would also run out while the first service waits for the handle, on a busy machine.)
         settings = Settings(database_url=db_url, config=config)
         later = Runtime(
             settings=settings,
             engine=create_engine(settings.database_url),
-            now=lambda: datetime.now(UTC) + timedelta(seconds=1),
+            now=lambda: datetime.now(UTC) + timedelta(seconds=10),
         )
         async with serve(db_url, runtime=later) as client:
             done = await wait_for(client, call_id, until="done")
         assert done["result"]["is_error"]
-        assert f"A2A task {handle['task_id']} timed out after 400ms" in done["result"]["text"]
+        assert f"A2A task {handle['task_id']} timed out after 5000ms" in done["result"]["text"]
         assert handle["task_id"] in peer.executor.cancelled
         assert done["state"] == "canceled"
 
