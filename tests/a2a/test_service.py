@@ -20,7 +20,8 @@ from muster_api.settings import Settings
 from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.support.app import serve
 
-pytestmark = pytest.mark.anyio
+# Slow: services restarted around remote calls in flight.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
