@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.runs.processes import api, process_env, worker
 from tests.runs.support import write_config
+
+# Slow: `muster worker` processes.
+pytestmark = pytest.mark.slow
 
 AGENTS = {
     "mark": {"kind": "custom", "entrypoint": "tests.runs.agents:mark"},
