@@ -121,7 +121,6 @@ async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
 async def agent_inbox(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.InboxArgs.model_validate(arguments)
     session.require()
-    await session.flush()
     page = await session.read(wait_seconds=args.wait_seconds, limit=args.limit)
     if not page.messages:
         waited = f" (waited {words.duration(args.wait_seconds)})" if args.wait_seconds else ""

@@ -15,12 +15,12 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
 from muster_api import __version__
 from muster_api.mcp import handlers, tools
 from muster_api.mcp.session import AgentSession
 from muster_api.mcp.settings import McpSettings
+from muster_api.mcp.stdio import stdio_streams
 from muster_client import A2ATool, AsyncMusterClient, MusterClientError
 
 log = logging.getLogger("muster.mcp")
@@ -108,7 +108,7 @@ async def serve(settings: McpSettings) -> None:
     ):
         session = AgentSession(settings, client, group)
         server = build_server(MusterTools(session))
-        async with stdio_server() as (read, write):
+        async with stdio_streams() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         session.stop_wake()
         with anyio.move_on_after(5, shield=True):
