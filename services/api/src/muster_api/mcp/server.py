@@ -63,7 +63,8 @@ class MusterTools:
         remote = [
             types.Tool(
                 name=t.name,
-                description=f"{t.description} — a remote A2A agent, called through Muster.",
+                description=f"{t.description} — a remote A2A agent, called through Muster. When it asks for more "
+                "input, its answer says how to reply on the same task.",
                 input_schema=tools.A2A_SCHEMA,
             )
             for t in await self.remote_tools()
