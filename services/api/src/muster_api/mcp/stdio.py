@@ -6,7 +6,8 @@ event loop watches the pipes directly; the SDK still parses and frames every mes
 these streams). As the SDK does, the process's own descriptors 0 and 1 point at the null device and at stderr while
 serving, so that a child (``herdr``) or a stray print can neither read the host's requests nor write into the wire.
 
-stdin or stdout that the loop cannot watch (a regular file) falls back to the SDK's transport.
+Only pipes and sockets (what an MCP host connects): a terminal or a regular file is served by the SDK's transport,
+since making a terminal non-blocking would leave the user's shell with it if the process were killed.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import logging
 import os
+import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp.server.stdio import stdio_server
-
-log = logging.getLogger("muster.mcp")
 
 LINE_LIMIT = 64 * 1024 * 1024
 """The longest request line read (a tool call's arguments are far smaller); a longer one is refused, not read."""
@@ -102,23 +101,27 @@ async def _connect(loop: asyncio.AbstractEventLoop, stdin: int, stdout: int) -> 
     return LineReader(reader), LineWriter(writer), (read_transport, write_transport)
 
 
+def _is_pipe(fd: int) -> bool:
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 @asynccontextmanager
 async def stdio_streams() -> AsyncIterator[tuple[Any, Any]]:
     """The SDK's (read stream, write stream) over this process's stdin and stdout."""
+    if not (_is_pipe(0) and _is_pipe(1)):
+        async with stdio_server() as streams:
+            yield streams
+        return
     loop = asyncio.get_running_loop()
     stdin, restore_stdin = _divert(0, lambda: os.open(os.devnull, os.O_RDONLY))
     stdout, restore_stdout = _divert(1, lambda: os.dup(2))
     pipes: Pipes | None = None
     try:
-        try:
-            lines_in, lines_out, pipes = await _connect(loop, stdin, stdout)
-        except (ValueError, OSError) as exc:
-            log.debug("stdin/stdout are not pipes the loop can watch (%s): serving through threads", exc)
-            restore_stdout()
-            restore_stdin()
-            async with stdio_server() as streams:
-                yield streams
-            return
+        lines_in, lines_out, pipes = await _connect(loop, stdin, stdout)
         async with stdio_server(lines_in, lines_out) as streams:  # type: ignore[arg-type]
             yield streams
     finally:
