@@ -140,7 +140,8 @@ class AgentSession:
     async def read(self, *, wait_seconds: float, limit: int) -> InboxPage:
         """The messages after those already given, while what was given last is acknowledged: the read names its
         own ``after``, so the acknowledgement need not come first, and the agent waits for one round trip, not two.
-        A failed acknowledgement is retried at the next mesh call (it covers everything up to its cursor)."""
+        If either fails, so does the call (the read's error first), and nothing is lost: the page is not marked
+        given, so the next call reads it again and acknowledges up to its cursor."""
         failed: list[Exception] = []
 
         async def acknowledge() -> None:
