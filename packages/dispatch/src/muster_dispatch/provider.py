@@ -31,6 +31,7 @@ from muster_dispatch.processes import RUN_VARIABLE, descendants, signal_all
 
 # The workspace's variables file: the first that exists. Projects set up with the second keep working unchanged.
 DOTENV_PATHS = (Path(".muster") / ".env", Path(".outpost") / ".env")
+_DOTENV_STRINGS = tuple(str(relative) for relative in DOTENV_PATHS)
 _BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL")
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
 
@@ -45,14 +46,15 @@ class Sandbox:
     def tmp(self) -> str:
         return os.path.join(self.home, "tmp")
 
-    @property
-    def dotenv(self) -> Path:
-        """The workspace's variables file (see ``DOTENV_PATHS``); the first one when there is none."""
-        for relative in DOTENV_PATHS:
-            candidate = self.workspace / relative
-            if candidate.is_file():
-                return candidate
-        return self.workspace / DOTENV_PATHS[0]
+    def variables(self) -> dict[str, str]:
+        """The variables of the workspace's variables file; empty when there is none. Read on every turn, so with
+        string paths and one stat per candidate (pathlib and a missing-file exception cost ten times more)."""
+        workspace = str(self.workspace)
+        for relative in _DOTENV_STRINGS:
+            candidate = os.path.join(workspace, relative)
+            if os.path.isfile(candidate):
+                return read_dotenv(candidate)
+        return {}
 
 
 class LocalProcess:
@@ -221,7 +223,12 @@ class LocalProvider:
                 f"variables defined by both the sandbox provider and the agent: {', '.join(conflicts)}",
                 {"variables": conflicts},
             )
-        env = {name: os.environ[name] for name in _BASE_NAMES if name in os.environ}
+        env: dict[str, str] = {}
+        get = os.environ.get
+        for name in _BASE_NAMES:
+            value = get(name)
+            if value is not None:
+                env[name] = value
         env.setdefault("PATH", os.defpath)
         env.setdefault("LANG", "C.UTF-8")
         env["TERM"] = "dumb"
@@ -231,7 +238,7 @@ class LocalProvider:
         for name, value in harness.items():
             env[name] = f"{home}/{value[2:]}" if value.startswith("~/") else value
         env.update(self.variables)
-        env.update(read_dotenv(sandbox.dotenv) if dotenv is None else dotenv)
+        env.update(sandbox.variables() if dotenv is None else dotenv)
         env.update(agent)
         return env
 
@@ -295,8 +302,9 @@ def _merge_json(existing: str, new: str) -> str:
     return new
 
 
-def read_dotenv(path: Path) -> dict[str, str]:
+def read_dotenv(path: Path | str) -> dict[str, str]:
     """``NAME=value`` lines (``export`` prefix, quotes, comments); a missing file is empty."""
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
