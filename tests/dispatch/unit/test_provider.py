@@ -254,6 +254,32 @@ async def test_a_child_holding_the_pipes_is_swept_after_the_cli_exits(tmp_path: 
     assert _wait_dead(json.loads(pid_file.read_text()))
 
 
+@pytest.mark.parametrize("stdin", [False, True], ids=["no-stdin", "stdin"])
+async def test_without_pidfds_the_exit_is_awaited_by_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bool
+) -> None:
+    """Where the system has no pidfd (macOS, old kernels) a thread waits for the CLI: the exit code, the stderr and a
+    child left holding the pipes behave the same."""
+    import anyio
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(
+        claude_harness(executable=make_cli(tmp_path, PIPE_HOLDER_CLI)), variables={"PID_FILE": str(pid_file)}
+    )
+    with anyio.fail_after(20):
+        result = await dispatch(agent, AgentInput("x", live_input=stdin), workspace=tmp_path).result()
+    assert result.status == "completed" and result.text == "done" and result.exit_code == 0
+    assert _wait_dead(json.loads(pid_file.read_text()))
+    failing = cli_agent(claude_harness(executable=make_cli(tmp_path, 'print("no way", file=sys.stderr)\nsys.exit(3)')))
+    with anyio.fail_after(20):
+        result = await dispatch(failing, AgentInput("x"), workspace=tmp_path).result()
+    assert result.status == "failed" and result.exit_code == 3 and result.stderr == ["no way"]
+
+
 async def test_an_unwritable_provider_root_is_a_provider_error(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the homes should go")
