@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -229,3 +229,6 @@ class InMemoryMeshStore:
             except BaseException:
                 tx.rollback()
                 raise
+
+    def standalone(self) -> AbstractAsyncContextManager[_MemoryTx]:
+        return self.transaction()

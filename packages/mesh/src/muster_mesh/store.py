@@ -103,6 +103,12 @@ class MeshStore(Protocol):
     def transaction(self) -> AbstractAsyncContextManager[MeshTx]:
         """A transaction: committed when the block exits normally, rolled back when it raises."""
 
+    def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
+        """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and
+        COMMIT round trips around it), and a row lock lasts as long as its statement. For a read that is one
+        statement, or a write that is one statement re-checking its own conditions; a store may also hand out a
+        plain transaction here."""
+
 
 class Subscription(Protocol):
     async def wait(self) -> None:

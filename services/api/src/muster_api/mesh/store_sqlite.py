@@ -9,7 +9,7 @@ the core's statements, so both paths run the same text.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -122,6 +122,11 @@ class SqliteMeshStore(SqlMeshStore):
             conn = self._held
             async with conn.begin():
                 yield self.tx_class(conn, self)
+
+    def standalone(self) -> AbstractAsyncContextManager[SqlMeshTx]:
+        # One writer at a time either way: a standalone statement queues like a transaction (and on the held
+        # connection, a transaction costs no round trip to the pool).
+        return self.transaction()
 
     async def aclose(self) -> None:
         async with self._serial:
