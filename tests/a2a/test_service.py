@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,15 @@ import httpx
 import pytest
 
 from muster_a2a import InMemoryCallStore
+from muster_api.db.engine import create_engine
 from muster_api.errors import ConfigurationError
+from muster_api.runtime import Runtime
+from muster_api.settings import Settings
 from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.support.app import serve
 
-pytestmark = pytest.mark.anyio
+# Slow: services restarted around remote calls in flight.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -173,23 +178,29 @@ async def test_call_in_flight_is_resumed_after_restart(db_url: str, tmp_path: Pa
 async def test_resumed_call_past_its_budget_is_cancelled(db_url: str, tmp_path: Path) -> None:
     async with a2a_peer("Sleeper") as peer:
         config = write_config(
-            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 400}}
+            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 5000}}
         )
         async with serve(db_url, config=config) as client:
             started = await client.post("/a2a/tools/Sleeper_echo/call", json={"task": "slow 30", "wait": False})
             call_id = started.json()["id"]
             handle = await wait_for(client, call_id, until="handle")
-        await anyio.sleep(0.5)  # the budget runs out while no service is running
-        async with serve(db_url, config=config) as client:
+        # The next service starts after the 5 s budget ran out: its clock is ten seconds ahead of this one. (A short
+        # budget on the real clock would also run out while the first service waits for the handle, on a busy machine.)
+        settings = Settings(database_url=db_url, config=config)
+        later = Runtime(
+            settings=settings,
+            engine=create_engine(settings.database_url),
+            now=lambda: datetime.now(UTC) + timedelta(seconds=10),
+        )
+        async with serve(db_url, runtime=later) as client:
             done = await wait_for(client, call_id, until="done")
         assert done["result"]["is_error"]
-        assert f"A2A task {handle['task_id']} timed out after 400ms" in done["result"]["text"]
+        assert f"A2A task {handle['task_id']} timed out after 5000ms" in done["result"]["text"]
         assert handle["task_id"] in peer.executor.cancelled
         assert done["state"] == "canceled"
 
 
 async def test_in_memory_tracker_records_before_following(peers: tuple[Peer, Peer]) -> None:
-    from datetime import UTC, datetime
 
     from muster_a2a import CallTracker, remote_agent
 
@@ -226,7 +237,10 @@ async def test_call_waits_for_an_unavailable_agent_and_resumes_on_reload(db_url:
         async with serve(db_url, config=config) as client:
             status = (await client.get("/a2a/agents")).json()["agents"][0]
             assert status["status"] == "error" and "HTTP 503" in status["error"]
-            await anyio.sleep(0.2)
+            state = client._transport.app.state.a2a  # type: ignore[attr-defined]
+            with anyio.fail_after(20):
+                while call_id not in state.parked:
+                    await anyio.sleep(0.02)
             waiting = (await client.get(f"/a2a/calls/{call_id}")).json()
             assert waiting["result"] is None and waiting["task_id"] == handle["task_id"], "kept in flight, not lost"
             assert waiting["owner"] is not None, "held while it waits, so that scans do not claim it over and over"

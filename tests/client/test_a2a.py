@@ -13,7 +13,8 @@ from tests.a2a.peers import Peer, a2a_peer
 from tests.client.support import API_KEY, live_service_in_thread
 from tests.mesh.support import ServerProcess
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service process.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TASK_SCHEMA = {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}
 

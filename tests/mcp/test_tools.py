@@ -17,7 +17,8 @@ from tests.mcp.support import call, fail, mcp_agent, said
 from tests.mesh.support import ServerProcess
 from tests.support.net import free_port
 
-pytestmark = pytest.mark.anyio
+# Slow: `muster mcp` processes.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CHECKIN_SCHEMA = {
     "type": "object",
