@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
-from muster_mesh import CheckinRecord, CheckinRequest, Mesh, Superseded
+from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, Superseded
 from muster_mesh.clock import FakeClock
 
 pytestmark = pytest.mark.anyio
@@ -98,3 +99,25 @@ async def test_a_request_after_others_takes_the_connection_used_last(db_url: str
         assert len(set(seen)) == 1
     finally:
         await engine.dispose()
+
+
+async def test_deliver_stores_for_a_live_recipient_only(db_url: str) -> None:
+    async with mesh_on(db_url) as (mesh, _engine):
+        await mesh.checkin(CheckinRequest(agent_id="live", confirm=True))
+        await mesh.checkin(CheckinRequest(agent_id="gone", ttl_seconds=60, confirm=True))
+        now = mesh.clock()
+        later = now + timedelta(seconds=120)
+
+        def message(n: int, at: datetime) -> MessageRecord:
+            return MessageRecord(message_id=f"m{n:031d}", sender="live", body=f"body {n}", thread_id=None, sent_at=at)
+
+        async with mesh.store.transaction() as tx:
+            assert await tx.deliver(message(1, later), "live", later) == {"live": 1}
+            assert await tx.deliver(message(2, later), "gone", later) == {}
+            assert await tx.deliver(message(3, later), "nobody", later) == {}
+        async with mesh.store.transaction() as tx:
+            live = await tx.read_inbox("live", after=0, limit=10)
+            gone = await tx.read_inbox("gone", after=0, limit=10)
+            agent = await tx.get_agent("gone")
+        assert [(e.seq, e.message.body) for e in live] == [(1, "body 1")]
+        assert gone == [] and agent is not None and agent.last_seq == 0

@@ -294,8 +294,11 @@ class Mesh:
         now = self._now()
         presented = token_hash(token) if token else None
         scope = f"checkin:{request.agent_id}"
-        fingerprint = _fingerprint(
-            "checkin", {**request.model_dump(mode="json", exclude={"confirm"}), "token": presented}
+        # Only an idempotency key's record is checked against a fingerprint: none is computed without one.
+        fingerprint = (
+            _fingerprint("checkin", {**request.model_dump(mode="json", exclude={"confirm"}), "token": presented})
+            if key is not None
+            else ""
         )
         if request.confirm and presented is not None and key is None:
             # The common case, a live agent renewing its own lease: one statement, which re-checks the session, so
@@ -505,7 +508,11 @@ class Mesh:
     ) -> tuple[SendPreview | SendResult, dict[str, InboxEntry]]:
         now = self._now()
         hashed = self._hash(token)
-        fingerprint = _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
+        fingerprint = (
+            _fingerprint("send", request.model_dump(mode="json", exclude={"confirm", "idempotency_key"}))
+            if request.idempotency_key is not None
+            else ""
+        )
         async with self.store.transaction() as tx:
             ctx = SendContext(tx=tx, request=request, hashed=hashed, now=now, fingerprint=fingerprint)
             if not self.store.serial and request.confirm and request.to is not None and request.idempotency_key is None:
@@ -536,16 +543,27 @@ class Mesh:
         sender_id = await ctx.tx.agent_id_for(ctx.hashed)
         if sender_id is None:
             await self._unknown(ctx.tx, ctx.hashed)
+        request = ctx.request
+        message = MessageRecord(
+            message_id=uuid.uuid4().hex,
+            sender=sender_id,
+            body=request.body,
+            thread_id=request.thread_id,
+            sent_at=ctx.now,
+        )
         found: AgentRecord | None = None
         seqs: dict[str, int] = {}
         for agent_id in sorted({sender_id, to}):
             if agent_id == sender_id:
                 found = await self._usable(ctx.tx, ctx.hashed, await ctx.tx.renew(ctx.hashed, ctx.now), ctx.now)
             if agent_id == to:
-                seqs = await ctx.tx.bump([agent_id], ctx.now)
-        assert found is not None
+                # The recipient's sequence and the message in one step: should the sender's renewal after it
+                # fail, the transaction and its wake-up are undone together.
+                seqs = await ctx.tx.deliver(message, to, ctx.now)
+        assert found is not None and found.agent_id == sender_id
         await self._bumped(ctx, to, seqs)
-        return await self._store_message(ctx, found, seqs)
+        result = SendResult(message_id=message.message_id, recipients=sorted(seqs), stored=len(seqs))
+        return result, {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
 
     async def _send_direct(
         self, ctx: SendContext, sender: AgentRecord, to: str

@@ -77,6 +77,10 @@ class MeshTx(Protocol):
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         """Store a message and an inbox entry per recipient at the sequence ``bump`` gave it."""
 
+    async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
+        """``bump([to], live_at)`` then, when it gave a sequence, ``add_message`` at it: one statement where the
+        database allows. Returns what ``bump`` returned (empty, and nothing stored, when ``to`` is not live)."""
+
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         """Up to ``limit`` entries with sequence > ``after``, in sequence order."""
 

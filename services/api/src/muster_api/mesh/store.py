@@ -430,6 +430,12 @@ class SqlMeshTx:
         await self._conn.execute(INSERT_INBOX, rows[0] if len(rows) == 1 else rows)
         await self._store.on_stored(self._conn, list(seqs))
 
+    async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
+        seqs = await self.bump([to], live_at)
+        if seqs:
+            await self.add_message(message, seqs)
+        return seqs
+
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         result = await self._conn.execute(READ_INBOX, {"p_id": agent_id, "p_after": after, "p_limit": limit})
         return [
