@@ -1,5 +1,5 @@
-"""What the mesh's SQL store does differently on PostgreSQL: a send is one round trip (the message, its inbox entries
-and the NOTIFY in one statement)."""
+"""What the mesh's SQL store does differently on PostgreSQL: storing a message is one round trip (the message, its
+inbox entries and the NOTIFY in one statement; for a direct send, the recipient's sequence too)."""
 
 from __future__ import annotations
 
