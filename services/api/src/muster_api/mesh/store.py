@@ -386,7 +386,7 @@ class SqlMeshTx:
     async def end_lease(self, agent_id: str, now: datetime) -> None:
         await self._conn.execute(END_LEASE, {"p_id": agent_id, "p_now": now})
 
-    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+    def _list_query(self, where: AgentFilter, after: str | None, limit: int) -> tuple[Select[Any], dict[str, Any]]:
         # Walks ix_mesh_agents_roster in agent_id order from the cursor and stops at the page's end.
         stmt = _list_statement(
             self._store.dialect,
@@ -404,6 +404,10 @@ class SqlMeshTx:
             "p_after": after,
             "p_limit": limit,
         }
+        return stmt, params
+
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        stmt, params = self._list_query(where, after, limit)
         return [agent_from(r._mapping) for r in (await self._conn.execute(stmt, params)).all()]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
