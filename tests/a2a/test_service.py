@@ -134,6 +134,60 @@ async def test_agents_status_and_calls(db_url: str, tmp_path: Path, peers: tuple
             assert [a["name"] for a in (await client.get("/a2a/agents")).json()["agents"]] == ["beta"]
 
 
+@pytest.mark.parametrize("tool", ["Alpha_echo", "Beta_echo"])
+async def test_an_input_required_task_is_continued(
+    db_url: str, tmp_path: Path, peers: tuple[Peer, Peer], tool: str
+) -> None:
+    """The answer to an input-required task goes to the same remote task (v1.0 and v0.3 peers), named by the ids
+    the question came with; without them a call starts a new task."""
+    alpha, beta = peers
+    config = write_config(
+        tmp_path / "muster.toml",
+        {"alpha": {"card": alpha.base, "pollEvery": 20}, "beta": {"card": beta.card_url, "pollEvery": 20}},
+    )
+    path = f"/a2a/tools/{tool}/call"
+    async with serve(db_url, config=config) as client:
+        asking = (await client.post(path, json={"task": "input which branch?"})).json()
+        assert asking["metadata"]["state"] == "input-required" and "which branch?" in asking["text"]
+        task_id, context_id = asking["metadata"]["task_id"], asking["metadata"]["context_id"]
+        assert task_id and context_id
+
+        answer = await client.post(path, json={"task": "main", "task_id": task_id, "context_id": context_id})
+        assert answer.status_code == 200, answer.text
+        out = answer.json()
+        assert (out["text"], out["is_error"], out["metadata"]["state"]) == ("got main", False, "completed")
+        assert out["metadata"]["task_id"] == task_id, "the same remote task, not a new one"
+        stored = (await client.get(f"/a2a/calls/{out['call_id']}")).json()
+        assert (stored["task"], stored["task_id"], stored["state"]) == ("main", task_id, "completed")
+        question = (await client.get(f"/a2a/calls/{asking['call_id']}")).json()
+        assert question["state"] == "input-required", "the question's own call keeps its answer"
+
+        again = (await client.post(path, json={"task": "main", "task_id": task_id, "context_id": context_id})).json()
+        assert again["is_error"] and again["metadata"]["task_id"] in (None, task_id), "a finished task takes no answer"
+
+        second = (await client.post(path, json={"task": "input which tag?"})).json()
+        started = await client.post(
+            path,
+            json={
+                "task": "v2",
+                "wait": False,
+                "task_id": second["metadata"]["task_id"],
+                "context_id": second["metadata"]["context_id"],
+            },
+        )
+        assert started.status_code == 202, started.text
+        done = await wait_for(client, started.json()["id"], until="done")
+        assert done["result"]["text"] == "got v2" and done["task_id"] == second["metadata"]["task_id"]
+
+        fresh = (await client.post(path, json={"task": "complete new"})).json()
+        assert fresh["metadata"]["task_id"] not in (task_id, second["metadata"]["task_id"])
+
+        for field, value in (("task_id", ""), ("context_id", "a\u0000b"), ("task_id", "x" * 257), ("task_id", 7)):
+            bad = await client.post(path, json={"task": "main", field: value})
+            assert bad.status_code == 422, (field, value, bad.text)
+            assert bad.json()["errors"][0]["field"] == field
+
+
 async def test_json_config_and_missing_default(
     db_url: str, tmp_path: Path, peers: tuple[Peer, Peer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
