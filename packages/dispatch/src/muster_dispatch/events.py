@@ -7,9 +7,11 @@ slotted dataclass, whose fields are set one by one past its ``__setattr__``; the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, get_args
 
+from muster_dispatch.jsonline import NOT_JSON, SCAN_ERRORS, parse, scan
 from muster_dispatch.jsonline import text_or_none as _str
 from muster_dispatch.usage import Usage
 
@@ -116,3 +118,22 @@ def event(
     """``AgentEvent(...)`` at half the cost, for the decoders: calling the class runs its Python ``__new__`` through
     the interpreter's generic slot path (an argument tuple and dict built per call), a function call does not."""
     return _new_tuple(AgentEvent, (type, text, id, name, input, output, usage, reset_at, code, data))
+
+
+def decode_line(line: str, decode: Callable[[dict[str, Any]], list[AgentEvent]]) -> list[AgentEvent]:
+    """The events of one line a CLI printed, ``decode`` given its JSON object; never raises. A line that is not a
+    JSON object, or an object ``decode`` cannot read, is a ``raw`` event; a blank line is none."""
+    try:
+        obj, end = scan(line, 0)  # a bare JSON line, the common case, in one call
+    except SCAN_ERRORS:
+        end = -1
+    if end != len(line):
+        obj = parse(line)  # surrounded by whitespace, followed by more, or not JSON
+    if obj.__class__ is not dict:
+        if obj is NOT_JSON:
+            return [event("raw", text=line)] if line.strip() else []
+        return [event("raw", data=obj)]
+    try:
+        return decode(obj)
+    except Exception:  # a known type with an unexpected shape is still only a raw line
+        return [event("raw", data=obj)]

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent, event
+from muster_dispatch.events import AgentEvent, decode_line, event
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
-from muster_dispatch.jsonline import NOT_JSON, SCAN_ERRORS, parse, scan
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage, counter
 
@@ -65,21 +64,12 @@ def live_message(text: str) -> str:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one stream-json line; never raises."""
-    try:
-        obj, end = scan(line, 0)
-    except SCAN_ERRORS:
-        end = -1
-    if end != len(line):
-        obj = parse(line)  # surrounded by whitespace, followed by more, or not JSON
-    if obj.__class__ is not dict:
-        if obj is NOT_JSON:
-            return [event("raw", text=line)] if line.strip() else []
-        return [event("raw", data=obj)]
-    try:
-        handler = _HANDLERS.get(obj.get("type"))
-        return handler(obj) if handler is not None else [event("raw", data=obj)]
-    except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [event("raw", data=obj)]
+    return decode_line(line, _object)
+
+
+def _object(obj: dict[str, Any]) -> list[AgentEvent]:
+    handler = _HANDLERS.get(obj.get("type"))
+    return handler(obj) if handler is not None else [event("raw", data=obj)]
 
 
 def _system(obj: dict[str, Any]) -> list[AgentEvent]:

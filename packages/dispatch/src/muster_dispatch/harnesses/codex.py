@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent, event
+from muster_dispatch.events import AgentEvent, decode_line, event
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.harnesses.codex_common import (
     quota,
@@ -34,7 +34,7 @@ from muster_dispatch.harnesses.codex_common import (
 )
 from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
 from muster_dispatch.inputs import AgentInput
-from muster_dispatch.jsonline import NOT_JSON, SCAN_ERRORS, parse, scan
+from muster_dispatch.jsonline import parse
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage
 
@@ -62,25 +62,16 @@ def request(input: AgentInput, model: str | None, program: str) -> Command:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one ``codex exec --json`` line; never raises."""
-    try:
-        obj, end = scan(line, 0)
-    except SCAN_ERRORS:
-        end = -1
-    if end != len(line):
-        obj = parse(line)  # surrounded by whitespace, followed by more, or not JSON
-    if obj.__class__ is not dict:
-        if obj is NOT_JSON:
-            return [event("raw", text=line)] if line.strip() else []
-        return [event("raw", data=obj)]
-    try:
-        handler = _HANDLERS.get(obj.get("type"))
-        if handler is not None:
-            return handler(obj)
-        if "type" not in obj and ("method" in obj or "id" in obj):
-            return decode_app_server(obj)  # live input: `codex app-server` JSON-RPC lines
-        return [event("raw", data=obj)]
-    except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [event("raw", data=obj)]
+    return decode_line(line, _object)
+
+
+def _object(obj: dict[str, Any]) -> list[AgentEvent]:
+    handler = _HANDLERS.get(obj.get("type"))
+    if handler is not None:
+        return handler(obj)
+    if "type" not in obj and ("method" in obj or "id" in obj):
+        return decode_app_server(obj)  # live input: `codex app-server` JSON-RPC lines
+    return [event("raw", data=obj)]
 
 
 # Events are immutable: the end of every turn can share one.
