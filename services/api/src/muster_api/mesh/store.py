@@ -542,6 +542,12 @@ class SqlMeshStore:
         if self.notifier is not None and recipients:
             await self.notifier.notify_in_transaction(conn, recipients)
 
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        """No one-step read in the portable core: the mesh reads in a transaction."""
+        return None
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
         async with self.engine.begin() as conn:
