@@ -263,9 +263,11 @@ class TransactionNotifier(Protocol):
 
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
 
-    def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
+    def payload(
+        self, agent_ids: Sequence[str], message: MessageRecord | None = None, seqs: Mapping[str, int] | None = None
+    ) -> tuple[str | None, str | None]:
         """(channel, payload) of the one notification for these recipients, or (None, None) when they need
-        several (``notify_in_transaction`` then sends them)."""
+        several (``notify_in_transaction`` then sends them); it may carry the message and its sequences."""
         ...
 
 

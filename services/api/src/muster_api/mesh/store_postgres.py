@@ -40,7 +40,7 @@ class PostgresMeshTx(SqlMeshTx):
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
         notifier = self._store.notifier
-        channel, payload = notifier.payload(recipients) if notifier is not None else (None, None)
+        channel, payload = notifier.payload(recipients, message, seqs) if notifier is not None else (None, None)
         params = {
             **message_values(message),
             "recipients": recipients,
