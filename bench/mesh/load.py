@@ -13,8 +13,8 @@ The load generator is several processes, each with its own event loop and httpx 
 beside the figures, so that a reader can see it was not saturated.
 
 Memory: the RSS (``VmRSS`` of ``/proc/<pid>/status``) of each server process idle, after the load, with 10,000 live
-agents (checked in through the API), and after 100,000 messages in all (the load's, then direct sends to those
-agents); on PostgreSQL, and on SQLite with one instance.
+agents (checked in through the API), and after 100,000 messages in all (the load's, then fan-outs to roles of 100 of
+those agents); on PostgreSQL, and on SQLite with one instance.
 
 Shorter runs: MUSTER_BENCH_LOAD_SECONDS (default 60), MUSTER_BENCH_MEMORY_MESSAGES (default 100000; 0 skips the
 memory figures),
@@ -29,6 +29,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -432,7 +433,8 @@ def memory(bases: list[str], pids: list[int], senders: list[Agent], delivered: i
     def rss(label: str) -> None:
         print(f"  RSS {label:<32} " + ", ".join(f"{rss_mib(pid):7.1f} MiB" for pid in pids))
 
-    rss(f"after {delivered} messages")
+    if delivered:
+        rss(f"after {delivered} messages")
     step = -(-MEMORY_AGENTS // WORKERS)
     jobs = [
         Job("checkin", bases, 3600, quota=min(step, MEMORY_AGENTS - first), first=first)
@@ -483,6 +485,14 @@ async def on_postgres(url: str) -> None:
             memory(bases, pids, senders, len(set(phase.outcome.received)))
 
 
+def on_sqlite(url: str) -> None:
+    """Memory only: one instance per database file (its wake-ups stay in the process)."""
+    print("== SQLite, 1 instance: memory")
+    with serve(url) as server:
+        print(f"  RSS idle                             {rss_mib(server.pid):7.1f} MiB")
+        memory([server.base], [server.pid], join_agents([server.base], "sender", SENDERS), 0)
+
+
 async def main() -> None:
     started = time.perf_counter()
     pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
@@ -491,6 +501,9 @@ async def main() -> None:
             await on_postgres(url)
     else:
         print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
+    if MEMORY_MESSAGES > 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            on_sqlite(f"sqlite:///{Path(tmp) / 'load.db'}")
     print(f"== load done in {time.perf_counter() - started:.1f} s")
 
 
