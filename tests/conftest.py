@@ -51,8 +51,8 @@ LEGS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 @pytest.fixture(params=LEGS)
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh database per test, at the migration head (a copy of the session's template): a new SQLite file, or a
-    new PostgreSQL database (dropped afterwards)."""
+    """A database of its own per test, at the migration head with no rows: a copy of the session's template (a new
+    SQLite file), or a PostgreSQL database (a copy of the template, or one an earlier test left, emptied)."""
     if request.param == "sqlite":
         yield sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path / "muster.db")
         return
@@ -61,7 +61,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     try:
         yield url
     finally:
-        server.drop(url)
+        server.release(url)
 
 
 @pytest.fixture(params=LEGS)

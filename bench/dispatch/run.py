@@ -1,9 +1,9 @@
 """Dispatch benchmarks (bounded to well under two minutes, no network).
 
 1. Decode throughput: harness ``events(line)`` over the captured real Claude / Codex transcripts vs ``json.loads`` of
-   the same lines, in lines/s; goal: decode ≥ 0.5 × json.loads.
+   the same lines, in lines/s of CPU time; goal: decode ≥ 0.8 × json.loads.
 2. Per-turn overhead: ``dispatch(...).result()`` of a fake CLI printing a recorded transcript vs reading the same
-   process with a bare asyncio subprocess; goal: ≤ 1.3×, and the added milliseconds.
+   process with a bare asyncio subprocess; goal: ≤ 1.1×, and the added milliseconds.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from muster_dispatch.harness import Harness
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "tests" / "dispatch" / "transcripts"
 DECODE_LINES = 60_000  # per harness (the transcripts repeated)
 TURNS = 200  # per variant for the overhead benchmark
+DECODE_GOAL = 0.8  # decode lines/s at least this fraction of json.loads
+TURN_GOAL = 1.1  # a dispatched turn at most this multiple of a bare asyncio subprocess
 
 
 def _lines(prefix: str) -> list[str]:
@@ -35,10 +37,12 @@ def _lines(prefix: str) -> list[str]:
 
 
 def _seconds(fn: Callable[[str], object], lines: list[str]) -> float:
-    start = time.perf_counter()
+    # CPU time of this thread: time the shared machine gives to other processes counts for neither side (on the wall
+    # clock the longer loop is preempted more often, which biased best-of-N against the slower of the two).
+    start = time.thread_time()
     for line in lines:
         fn(line)
-    return time.perf_counter() - start
+    return time.thread_time() - start
 
 
 def _rates(fn: Callable[[str], object], baseline: Callable[[str], object], lines: list[str]) -> tuple[float, float]:
@@ -57,10 +61,10 @@ def bench_decode() -> bool:
         lines = _lines(harness.name)
         decoded, baseline = _rates(harness.events, json.loads, lines)
         ratio = decoded / baseline
-        ok = ok and ratio >= 0.5
+        ok = ok and ratio >= DECODE_GOAL
         print(
             f"decode {harness.name:6}  {decoded:12,.0f} lines/s   json.loads {baseline:12,.0f} lines/s   "
-            f"ratio {ratio:.2f} (goal ≥ 0.50) {'OK' if ratio >= 0.5 else 'BELOW GOAL'}"
+            f"ratio {ratio:.2f} (goal ≥ {DECODE_GOAL:.2f}) {'OK' if ratio >= DECODE_GOAL else 'BELOW GOAL'}"
         )
     return ok
 
@@ -112,10 +116,10 @@ async def bench_overhead() -> bool:
     ratio = d / b
     print(
         f"turn overhead   dispatch {d * 1000:7.2f} ms   bare asyncio subprocess {b * 1000:7.2f} ms   "
-        f"ratio {ratio:.2f} (goal ≤ 1.30) {'OK' if ratio <= 1.3 else 'ABOVE GOAL'}   "
+        f"ratio {ratio:.2f} (goal ≤ {TURN_GOAL:.2f}) {'OK' if ratio <= TURN_GOAL else 'ABOVE GOAL'}   "
         f"added {(d - b) * 1000:+.2f} ms/turn   (median of {TURNS} turns each)"
     )
-    return ratio <= 1.3
+    return ratio <= TURN_GOAL
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
 """agent_send + agent_inbox through ``muster mcp`` (official mcp client SDK, stdio) vs the same work over REST with
 MusterClient, against one live service (a server process on SQLite), in one run.
 
-Two agents on each side: the sender sends one direct message, the reader reads its inbox. Through MCP, agent_inbox
-first acknowledges what the previous call returned, then reads; the REST side does the same (ack, then read), so
-both sides do the same HTTP work and the ratio is the MCP layer's cost (stdio JSON-RPC, the MCP process). The sides
-are interleaved pair by pair so that drift hits both. Printed: the median per call of each side and the ratio
-MCP/REST per call (goal ≤ 1.5).
+Two agents on each side: the sender sends one direct message, the reader reads its inbox. Both sides do the same
+HTTP work: agent_inbox acknowledges what the previous call returned and reads the next page (``muster mcp`` sends
+the acknowledgement alongside the read, as it always does; the REST side sends them one after the other, as a plain
+synchronous client does). The sides are interleaved pair by pair so that drift hits both. Printed: the median per
+call of each side and the ratio MCP/REST per call (goal ≤ 1.5).
+
+Context, measured in the same run: the floor of any MCP tool call — a tool that does nothing (bench/mcp/noop.py,
+served by the same SDK over the same transport) — against a REST round trip that does nothing (GET /healthz).
 
 Run: .venv/bin/python bench/mcp/run.py  (about a minute; traffic only to 127.0.0.1)
 """
@@ -19,6 +22,9 @@ import time
 from pathlib import Path
 
 import anyio
+import httpx
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -30,6 +36,7 @@ from muster_client import MusterClient, SendResult  # noqa: E402
 
 WARM_UP = 20
 PAIRS = 300
+NOOP = Path(__file__).with_name("noop.py")
 
 
 def rest_pair(sender: MusterClient, reader: MusterClient, to: str, cursor: list[int]) -> tuple[float, float]:
@@ -54,6 +61,25 @@ async def mcp_pair(sender: object, reader: object, to: str) -> tuple[float, floa
     done = time.perf_counter()
     assert got.startswith("1 new message(s)"), got
     return between - started, done - between
+
+
+async def floor(url: str) -> tuple[float, float]:
+    """Median ms of a no-op MCP tool call and of a no-op REST round trip, interleaved."""
+    params = StdioServerParameters(command=sys.executable, args=[str(NOOP)], env={"PYTHONPATH": str(ROOT)})
+    mcp_times: list[float] = []
+    rest_times: list[float] = []
+    async with Client(params, read_timeout_seconds=120) as noop:
+        with httpx.Client(base_url=url) as http:
+            for i in range(WARM_UP + PAIRS):
+                started = time.perf_counter()
+                await noop.call_tool("noop", {})
+                between = time.perf_counter()
+                http.get("/healthz").raise_for_status()
+                done = time.perf_counter()
+                if i >= WARM_UP:
+                    mcp_times.append(between - started)
+                    rest_times.append(done - between)
+    return ms(mcp_times), ms(rest_times)
 
 
 def ms(values: list[float]) -> float:
@@ -84,6 +110,7 @@ async def main() -> None:
                             for side, pair in ((rest, r), (mcp, m)):
                                 side["send"].append(pair[0])
                                 side["inbox"].append(pair[1])
+            noop_mcp, noop_rest = await floor(url)
     print(f"mcp bench: {PAIRS} pairs (after {WARM_UP} warm-up), SQLite, loopback; median per call")
     print(f"{'call':<12}{'REST (MusterClient)':>22}{'MCP (muster mcp)':>20}{'ratio MCP/REST':>18}")
     for name in ("send", "inbox"):
@@ -93,6 +120,11 @@ async def main() -> None:
     r_all = ms([a + b for a, b in zip(rest["send"], rest["inbox"], strict=True)]) / 2
     m_all = ms([a + b for a, b in zip(mcp["send"], mcp["inbox"], strict=True)]) / 2
     print(f"{'per call':<12}{r_all:>19.2f} ms{m_all:>17.2f} ms{m_all / r_all:>17.2f}x  (goal ≤ 1.5x)")
+    print(
+        f"context: a no-op MCP tool call (the mcp SDK's floor, bench/mcp/noop.py) {noop_mcp:.2f} ms vs a no-op REST "
+        f"round trip (GET /healthz) {noop_rest:.2f} ms: {noop_mcp - noop_rest:+.2f} ms per call before any work; "
+        f"muster mcp adds {m_all - r_all:+.2f} ms per call over REST"
+    )
 
 
 if __name__ == "__main__":

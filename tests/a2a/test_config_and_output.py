@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 from a2a.types import Artifact, Message, Part, Role, Task, TaskState, TaskStatus
+from google.protobuf.json_format import MessageToDict
 
 from muster_a2a import AgentConfigError, parse_agents_config, state_name, task_output
 from muster_a2a.naming import VALID, tool_name, unique
+from muster_a2a.output import status_text
 
 pytestmark = pytest.mark.anyio
 
@@ -75,6 +77,26 @@ def test_task_output_v1_proto_and_documents() -> None:
     }
     assert task_output(v03) == "last"
     assert task_output({"artifacts": "garbage", "status": 3, "history": [None, 5]}) == ""
+
+
+def test_task_output_reads_sdk_objects_as_it_reads_their_documents() -> None:
+    """The SDK's objects are read directly (no dict conversion): same answer as their JSON documents give."""
+    agent = Message(role=Role.ROLE_AGENT, parts=[Part(text="older")])
+    latest = Message(role=Role.ROLE_AGENT, parts=[Part(text=""), Part(data={}), Part(text="latest")])
+    user = Message(role=Role.ROLE_USER, parts=[Part(text="question")])
+    tasks = [
+        Task(id="t", artifacts=[Artifact(artifact_id="a", parts=[Part(raw=b"x"), Part(text="")])]),
+        Task(id="t", history=[agent, latest, user]),
+        Task(id="t", status=TaskStatus(message=Message(role=Role.ROLE_AGENT, parts=[Part(url="https://x")]))),
+        Task(id="t", status=TaskStatus(message=user), history=[agent]),
+        Task(id="t"),
+    ]
+    outputs = [task_output(task) for task in tasks]
+    assert outputs == [task_output(MessageToDict(task)) for task in tasks]
+    assert outputs == ["", "\nlatest", "", "question", ""]
+    failed = Task(id="t", status=TaskStatus(message=Message(parts=[Part(text="why"), Part(text="because")])))
+    assert status_text(failed) == status_text(MessageToDict(failed)) == "why\nbecause"
+    assert status_text(Task(id="t")) == ""
 
 
 def test_state_names_of_both_dialects() -> None:

@@ -28,7 +28,8 @@ from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.a2a.test_service import wait_for, write_config
 from tests.support.app import running
 
-pytestmark = pytest.mark.anyio
+# Slow: several service instances and their lease loops.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 QUICK_LOOPS = A2ASettings(renew_seconds=0.05, scan_seconds=0.05)
 # Renewals and scans only when the test asks for them (deterministic races).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,15 @@ import httpx
 import pytest
 
 from muster_a2a import InMemoryCallStore
+from muster_api.db.engine import create_engine
 from muster_api.errors import ConfigurationError
+from muster_api.runtime import Runtime
+from muster_api.settings import Settings
 from tests.a2a.peers import Peer, a2a_peer, raw_peer
 from tests.support.app import serve
 
-pytestmark = pytest.mark.anyio
+# Slow: services restarted around remote calls in flight.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +134,60 @@ async def test_agents_status_and_calls(db_url: str, tmp_path: Path, peers: tuple
             assert [a["name"] for a in (await client.get("/a2a/agents")).json()["agents"]] == ["beta"]
 
 
+@pytest.mark.parametrize("tool", ["Alpha_echo", "Beta_echo"])
+async def test_an_input_required_task_is_continued(
+    db_url: str, tmp_path: Path, peers: tuple[Peer, Peer], tool: str
+) -> None:
+    """The answer to an input-required task goes to the same remote task (v1.0 and v0.3 peers), named by the ids
+    the question came with; without them a call starts a new task."""
+    alpha, beta = peers
+    config = write_config(
+        tmp_path / "muster.toml",
+        {"alpha": {"card": alpha.base, "pollEvery": 20}, "beta": {"card": beta.card_url, "pollEvery": 20}},
+    )
+    path = f"/a2a/tools/{tool}/call"
+    async with serve(db_url, config=config) as client:
+        asking = (await client.post(path, json={"task": "input which branch?"})).json()
+        assert asking["metadata"]["state"] == "input-required" and "which branch?" in asking["text"]
+        task_id, context_id = asking["metadata"]["task_id"], asking["metadata"]["context_id"]
+        assert task_id and context_id
+
+        answer = await client.post(path, json={"task": "main", "task_id": task_id, "context_id": context_id})
+        assert answer.status_code == 200, answer.text
+        out = answer.json()
+        assert (out["text"], out["is_error"], out["metadata"]["state"]) == ("got main", False, "completed")
+        assert out["metadata"]["task_id"] == task_id, "the same remote task, not a new one"
+        stored = (await client.get(f"/a2a/calls/{out['call_id']}")).json()
+        assert (stored["task"], stored["task_id"], stored["state"]) == ("main", task_id, "completed")
+        question = (await client.get(f"/a2a/calls/{asking['call_id']}")).json()
+        assert question["state"] == "input-required", "the question's own call keeps its answer"
+
+        again = (await client.post(path, json={"task": "main", "task_id": task_id, "context_id": context_id})).json()
+        assert again["is_error"] and again["metadata"]["task_id"] in (None, task_id), "a finished task takes no answer"
+
+        second = (await client.post(path, json={"task": "input which tag?"})).json()
+        started = await client.post(
+            path,
+            json={
+                "task": "v2",
+                "wait": False,
+                "task_id": second["metadata"]["task_id"],
+                "context_id": second["metadata"]["context_id"],
+            },
+        )
+        assert started.status_code == 202, started.text
+        done = await wait_for(client, started.json()["id"], until="done")
+        assert done["result"]["text"] == "got v2" and done["task_id"] == second["metadata"]["task_id"]
+
+        fresh = (await client.post(path, json={"task": "complete new"})).json()
+        assert fresh["metadata"]["task_id"] not in (task_id, second["metadata"]["task_id"])
+
+        for field, value in (("task_id", ""), ("context_id", "a\u0000b"), ("task_id", "x" * 257), ("task_id", 7)):
+            bad = await client.post(path, json={"task": "main", field: value})
+            assert bad.status_code == 422, (field, value, bad.text)
+            assert bad.json()["errors"][0]["field"] == field
+
+
 async def test_json_config_and_missing_default(
     db_url: str, tmp_path: Path, peers: tuple[Peer, Peer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,23 +232,29 @@ async def test_call_in_flight_is_resumed_after_restart(db_url: str, tmp_path: Pa
 async def test_resumed_call_past_its_budget_is_cancelled(db_url: str, tmp_path: Path) -> None:
     async with a2a_peer("Sleeper") as peer:
         config = write_config(
-            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 400}}
+            tmp_path / "muster.toml", {"sleepy": {"card": peer.base, "pollEvery": 20, "timeout": 5000}}
         )
         async with serve(db_url, config=config) as client:
             started = await client.post("/a2a/tools/Sleeper_echo/call", json={"task": "slow 30", "wait": False})
             call_id = started.json()["id"]
             handle = await wait_for(client, call_id, until="handle")
-        await anyio.sleep(0.5)  # the budget runs out while no service is running
-        async with serve(db_url, config=config) as client:
+        # The next service starts after the 5 s budget ran out: its clock is ten seconds ahead of this one. (A short
+        # budget on the real clock would also run out while the first service waits for the handle, on a busy machine.)
+        settings = Settings(database_url=db_url, config=config)
+        later = Runtime(
+            settings=settings,
+            engine=create_engine(settings.database_url),
+            now=lambda: datetime.now(UTC) + timedelta(seconds=10),
+        )
+        async with serve(db_url, runtime=later) as client:
             done = await wait_for(client, call_id, until="done")
         assert done["result"]["is_error"]
-        assert f"A2A task {handle['task_id']} timed out after 400ms" in done["result"]["text"]
+        assert f"A2A task {handle['task_id']} timed out after 5000ms" in done["result"]["text"]
         assert handle["task_id"] in peer.executor.cancelled
         assert done["state"] == "canceled"
 
 
 async def test_in_memory_tracker_records_before_following(peers: tuple[Peer, Peer]) -> None:
-    from datetime import UTC, datetime
 
     from muster_a2a import CallTracker, remote_agent
 
@@ -226,7 +291,10 @@ async def test_call_waits_for_an_unavailable_agent_and_resumes_on_reload(db_url:
         async with serve(db_url, config=config) as client:
             status = (await client.get("/a2a/agents")).json()["agents"][0]
             assert status["status"] == "error" and "HTTP 503" in status["error"]
-            await anyio.sleep(0.2)
+            state = client._transport.app.state.a2a  # type: ignore[attr-defined]
+            with anyio.fail_after(20):
+                while call_id not in state.parked:
+                    await anyio.sleep(0.02)
             waiting = (await client.get(f"/a2a/calls/{call_id}")).json()
             assert waiting["result"] is None and waiting["task_id"] == handle["task_id"], "kept in flight, not lost"
             assert waiting["owner"] is not None, "held while it waits, so that scans do not claim it over and over"

@@ -13,7 +13,8 @@ from tests.a2a.peers import Peer, a2a_peer
 from tests.client.support import API_KEY, live_service_in_thread
 from tests.mesh.support import ServerProcess
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service process.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TASK_SCHEMA = {"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}
 
@@ -44,6 +45,17 @@ async def test_agents_and_calls(service: ServerProcess) -> None:
 
         asking = await client.a2a_call("Alpha_echo", "input which branch?")
         assert asking.state == "input-required" and "which branch?" in asking.text
+        task_id, context_id = asking.metadata["task_id"], asking.metadata["context_id"]
+        answered = await client.a2a_call("Alpha_echo", "main", task_id=task_id, context_id=context_id)
+        assert (answered.text, answered.state, answered.metadata["task_id"]) == ("got main", "completed", task_id)
+        again = await client.a2a_call("Alpha_echo", "input which tag?")
+        following = await client.a2a_start(
+            "Alpha_echo", "v2", task_id=again.metadata["task_id"], context_id=again.metadata["context_id"]
+        )
+        with anyio.fail_after(20):
+            while (continued := await client.a2a_get_call(following.id)).result is None:
+                await anyio.sleep(0.05)
+        assert continued.result.text == "got v2" and continued.task_id == again.metadata["task_id"]
 
         started = await client.a2a_start("Alpha_echo", "slow 0.2")
         assert isinstance(started, A2ACall) and started.result is None

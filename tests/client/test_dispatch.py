@@ -10,7 +10,8 @@ from tests.client.support import API_KEY
 from tests.mesh.support import ServerProcess
 from tests.runs.agents import EVENTS
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service process.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def test_runs_sync(service: ServerProcess, name: str) -> None:

@@ -24,6 +24,9 @@ from tests.client.support import API_KEY, live_service
 from tests.mesh.support import ServerProcess
 from tests.support.net import free_port
 
+# Slow: a live service process.
+pytestmark = pytest.mark.slow
+
 FANOUT_PER_MINUTE = 2
 
 

@@ -21,7 +21,8 @@ from muster_client import (
 from tests.client.support import API_KEY
 from tests.mesh.support import ServerProcess
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service process.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 def test_mesh_round_trip(service: ServerProcess, name: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,16 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from anyio.from_thread import start_blocking_portal
 
 from tests.a2a.peers import a2a_peer
 from tests.console.support import ESC, MUSTER, Terminal, in_terminal, piped
 from tests.support.net import free_port
 from tests.support.rows import store_status
+
+# Slow: a `muster` process per command.
+pytestmark = pytest.mark.slow
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 

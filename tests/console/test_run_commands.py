@@ -12,6 +12,9 @@ import pytest
 from tests.console.support import ESC, Terminal, in_terminal, piped
 from tests.runs.support import dispatch_env
 
+# Slow: a `muster` process per command.
+pytestmark = pytest.mark.slow
+
 AGENTS = """
 [dispatch_agents.fast]
 kind = "custom"

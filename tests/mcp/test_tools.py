@@ -5,6 +5,7 @@ and tool errors that say what to do."""
 from __future__ import annotations
 
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from tests.mcp.support import call, fail, mcp_agent, said
 from tests.mesh.support import ServerProcess
 from tests.support.net import free_port
 
-pytestmark = pytest.mark.anyio
+# Slow: `muster mcp` processes.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CHECKIN_SCHEMA = {
     "type": "object",
@@ -181,6 +183,15 @@ async def test_remote_a2a_agent_as_a_tool(service: ServerProcess, tmp_path: Path
         assert await call(agent, "Alpha_echo", task="complete the answer") == "the answer\nsecond part"
         asking = await call(agent, "Alpha_echo", task="input which branch?")
         assert "needs more input" in asking and "which branch?" in asking and "call Alpha_echo again" in asking
+        prefix = re.search(r"\[continue [0-9a-f]+\]", asking)
+        assert prefix is not None, asking
+        # The answer goes to the same remote task: the peer completes an input-required task with "got <answer>".
+        assert await call(agent, "Alpha_echo", task=f"{prefix.group()} main") == "got main"
+        finished = await fail(agent, "Alpha_echo", task=f"{prefix.group()} main")
+        assert "is in terminal state" in finished, "the remote task took its answer already"
+        assert "no call 0123abcd is stored" in await fail(agent, "Alpha_echo", task="[continue 0123abcd] main")
+        assert "is empty" in await fail(agent, "Alpha_echo", task=f"{prefix.group()}  ")
+        assert await call(agent, "Alpha_echo", task="main") == "main", "without the prefix: a new task"
         failed = await fail(agent, "Alpha_echo", task="fail no luck")
         assert failed.endswith("failed: no luck")
         assert "task: Field required" in await fail(agent, "Alpha_echo", thing="x")

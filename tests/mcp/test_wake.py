@@ -18,7 +18,8 @@ from tests.mcp.proxy import recording_proxy
 from tests.mcp.support import call, fail, mcp_agent
 from tests.mesh.support import ServerProcess
 
-pytestmark = pytest.mark.anyio
+# Slow: `muster mcp` processes.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PANE = "herdr-pane-5e1f"
 INTERVAL = 5.0

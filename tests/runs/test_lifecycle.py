@@ -10,7 +10,8 @@ import pytest
 from tests.runs.agents import EVENTS
 from tests.runs.support import dispatch_app, dispatch_env, finished, read_sse, start
 
-pytestmark = pytest.mark.anyio
+# Slow: runs carried through to their end by workers.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
 async def test_reconnecting_with_last_event_id_misses_nothing(

@@ -14,7 +14,8 @@ from tests.runs.processes import api, process_env, worker
 from tests.runs.support import write_config
 from tests.support.databases import PostgresServer
 
-pytestmark = pytest.mark.postgres
+# Slow: `muster worker` processes.
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 AGENTS = {
     "mark": {"kind": "custom", "entrypoint": "tests.runs.agents:mark"},

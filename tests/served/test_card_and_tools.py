@@ -11,7 +11,8 @@ import pytest
 from muster_a2a import remote_agent
 from tests.served.support import RESET_AT, fetch_card, live_muster, muster_process, run_of, served_settings
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service and A2A clients over HTTP.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 CARD_FIELDS = {
     "name",

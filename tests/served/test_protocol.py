@@ -21,7 +21,8 @@ from a2a.types import (
 
 from tests.served.support import live_muster, run_of, sdk_client, send_request, served_settings, until
 
-pytestmark = pytest.mark.anyio
+# Slow: a live service and A2A clients over HTTP.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 BINDINGS = [("JSONRPC", "1.0"), ("JSONRPC", "0.3"), ("HTTP+JSON", "1.0"), ("HTTP+JSON", "0.3")]
 

@@ -254,6 +254,32 @@ async def test_a_child_holding_the_pipes_is_swept_after_the_cli_exits(tmp_path: 
     assert _wait_dead(json.loads(pid_file.read_text()))
 
 
+@pytest.mark.parametrize("stdin", [False, True], ids=["no-stdin", "stdin"])
+async def test_without_pidfds_the_exit_is_awaited_by_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stdin: bool
+) -> None:
+    """Where the system has no pidfd (macOS, old kernels) a thread waits for the CLI: the exit code, the stderr and a
+    child left holding the pipes behave the same."""
+    import anyio
+
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    pid_file = tmp_path / "pids.json"
+    agent = cli_agent(
+        claude_harness(executable=make_cli(tmp_path, PIPE_HOLDER_CLI)), variables={"PID_FILE": str(pid_file)}
+    )
+    with anyio.fail_after(20):
+        result = await dispatch(agent, AgentInput("x", live_input=stdin), workspace=tmp_path).result()
+    assert result.status == "completed" and result.text == "done" and result.exit_code == 0
+    assert _wait_dead(json.loads(pid_file.read_text()))
+    failing = cli_agent(claude_harness(executable=make_cli(tmp_path, 'print("no way", file=sys.stderr)\nsys.exit(3)')))
+    with anyio.fail_after(20):
+        result = await dispatch(failing, AgentInput("x"), workspace=tmp_path).result()
+    assert result.status == "failed" and result.exit_code == 3 and result.stderr == ["no way"]
+
+
 async def test_an_unwritable_provider_root_is_a_provider_error(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the homes should go")
@@ -321,3 +347,64 @@ async def test_cancelling_the_dispatch_task_from_outside_leaves_no_process(tmp_p
     with pytest.raises(asyncio.CancelledError):
         await task
     assert _wait_dead(json.loads(pid_file.read_text()))
+
+
+# Reports whether it leads its own process group and session, and whether it can open a controlling terminal.
+PLACE_CLI = """
+def _terminal():
+    try:
+        os.close(os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK))
+    except OSError:
+        return False
+    return True
+payload = json.dumps({"group": os.getpgid(0) == os.getpid(), "session": os.getsid(0) == os.getpid(),
+                      "terminal": _terminal()})
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-place"}))
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": payload, "usage": {}}))
+"""
+
+# Dispatches argv[1] in argv[2] and writes the turn's text to argv[3]; with argv[4] == "terminal" it first takes the
+# terminal on its stdin as its controlling terminal (it leads its own session: opening a terminal is enough).
+DISPATCHER = """
+import asyncio, os, sys
+from muster_dispatch import AgentInput, claude_harness, cli_agent, dispatch
+from muster_dispatch.provider import has_terminal
+if sys.argv[4] == "terminal":
+    os.close(os.open(os.ttyname(0), os.O_RDWR))
+assert has_terminal() == (sys.argv[4] == "terminal")
+agent = cli_agent(claude_harness(executable=sys.argv[1]))
+result = asyncio.run(dispatch(agent, AgentInput("x"), workspace=sys.argv[2]).result())
+assert result.status == "completed", result.error
+with open(sys.argv[3], "w") as f:
+    f.write(result.text)
+"""
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["no-terminal", "terminal"])
+def test_the_cli_leads_its_group_and_never_reaches_our_terminal(tmp_path: Path, terminal: bool) -> None:
+    import pty
+    import subprocess
+    import sys
+
+    cli = make_cli(tmp_path, PLACE_CLI)
+    out = tmp_path / "place.json"
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", DISPATCHER, str(cli), str(tmp_path), str(out), "terminal" if terminal else "none"],
+            stdin=slave if terminal else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            start_new_session=True,  # no controlling terminal but the one it takes
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert done.returncode == 0, done.stderr
+    place = json.loads(out.read_text())
+    assert place["group"], "the CLI must lead its own process group: a deadline or a cancel kills that group"
+    assert not place["terminal"], "the CLI could open the dispatcher's controlling terminal"
+    # With a terminal the CLI gets a session of its own (away from the terminal); without one a group is enough.
+    assert place["session"] == terminal

@@ -27,7 +27,7 @@ from a2a.types import (
     Task,
 )
 
-from muster_a2a._proto import has, to_dict, which
+from muster_a2a._proto import has, which
 from muster_a2a.cards import (
     DEFAULT_CARD_CACHE,
     CardCache,
@@ -41,7 +41,7 @@ from muster_a2a.errors import AgentResolutionError
 from muster_a2a.models import DEFAULT_POLL_EVERY_MS, DEFAULT_TIMEOUT_MS, INPUT_SCHEMA, ToolResult
 from muster_a2a.naming import tool_name, unique
 from muster_a2a.origins import credentials_allowed
-from muster_a2a.output import FAILED, INTERRUPTED, TERMINAL, message_text, state_name, status_text, task_output
+from muster_a2a.output import FAILED, INTERRUPTED, TERMINAL, proto_message_text, state_name, status_text, task_output
 
 log = logging.getLogger("muster.a2a")
 
@@ -130,7 +130,7 @@ class _Run:
             update = event.status_update
             self.note(update.task_id, update.context_id, state_name(update.status.state))
             if has(update.status, "message"):
-                self.status_message = message_text(to_dict(update.status.message))
+                self.status_message = proto_message_text(update.status.message)
 
     def set_task(self, task: Task) -> None:
         self.task = task
@@ -162,6 +162,7 @@ class RemoteAgent:
         self._options = options
         self._interface = interface
         self._http = http
+        self._clients: dict[bool, Client] = {}
         self.endpoint: str | None = interface.url if interface else None
         self.dialect: str | None = dialect_of(interface) if interface else None
         self.tools: list[Tool] = []
@@ -207,21 +208,26 @@ class RemoteAgent:
 
     @asynccontextmanager
     async def _client(self, *, streaming: bool) -> AsyncIterator[tuple[Client, ClientCallContext]]:
-        assert self._sdk_card is not None and self._interface is not None
-        owned = self._http is None
-        http = self._http or make_http_client(self._options.timeout, connect_timeout=self._options.connect_timeout)
-        try:
-            config = ClientConfig(
-                httpx_client=http,
-                streaming=streaming,
-                supported_protocol_bindings=[self._interface.protocol_binding],
-            )
-            client = ClientFactory(config).create(self._sdk_card)
-            headers = dict(self._options.headers) if self.sends_credentials else None
+        headers = dict(self._options.headers) if self.sends_credentials else None
+        if self._http is not None:
+            # A shared HTTP client: the SDK client over it holds no per-call state, so it is built once per mode.
+            client = self._clients.get(streaming)
+            if client is None:
+                client = self._clients[streaming] = self._sdk_client(self._http, streaming)
             yield client, ClientCallContext(service_parameters=headers)
+            return
+        http = make_http_client(self._options.timeout, connect_timeout=self._options.connect_timeout)
+        try:
+            yield self._sdk_client(http, streaming), ClientCallContext(service_parameters=headers)
         finally:
-            if owned:
-                await http.aclose()
+            await http.aclose()
+
+    def _sdk_client(self, http: httpx.AsyncClient, streaming: bool) -> Client:
+        assert self._sdk_card is not None and self._interface is not None
+        config = ClientConfig(
+            httpx_client=http, streaming=streaming, supported_protocol_bindings=[self._interface.protocol_binding]
+        )
+        return ClientFactory(config).create(self._sdk_card)
 
     def _failure(self, reason: str) -> ToolResult:
         return ToolResult(
@@ -285,7 +291,7 @@ class RemoteAgent:
                             if run.settled:
                                 break
                 if run.message is not None:
-                    return ToolResult(text=message_text(to_dict(run.message)), metadata=self._metadata(run, started))
+                    return ToolResult(text=proto_message_text(run.message), metadata=self._metadata(run, started))
                 if run.task_id is None:
                     if time.monotonic() >= deadline:
                         return self._timed_out(run, started)

@@ -180,12 +180,21 @@ class CallTracker:
         await self._save(record)  # with its result: released in the same write
         return record
 
-    async def run(self, record: CallRecord, tool: Tool) -> CallRecord:
-        result = await tool.call(record.task, on_progress=self._progress(record))
+    async def run(
+        self, record: CallRecord, tool: Tool, *, task_id: str | None = None, context_id: str | None = None
+    ) -> CallRecord:
+        """Send the call's task and follow it. ``task_id``/``context_id``: the remote task (and its context) that
+        this task continues, e.g. the answer to an input-required task; the record learns the task id from the
+        agent's answer, as for a new task."""
+        result = await tool.call(
+            record.task, task_id=task_id, context_id=context_id, on_progress=self._progress(record)
+        )
         return await self._finish(record, result)
 
-    async def call(self, tool: Tool, task: str) -> CallRecord:
-        return await self.run(await self.begin(tool, task), tool)
+    async def call(
+        self, tool: Tool, task: str, *, task_id: str | None = None, context_id: str | None = None
+    ) -> CallRecord:
+        return await self.run(await self.begin(tool, task), tool, task_id=task_id, context_id=context_id)
 
     async def resume(self, record: CallRecord, agent: RemoteAgent | None) -> CallRecord:
         """Follow an in-flight record by GetTask for what is left of its budget (then CancelTask).

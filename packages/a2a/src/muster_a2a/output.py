@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from a2a.types import Task
+from a2a.types import Message, Part, Role, Task
 
-from muster_a2a._proto import state_enum_name, to_dict
+from muster_a2a._proto import has, state_enum_name, which
 
 TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
 INTERRUPTED = frozenset({"input-required", "auth-required"})
@@ -27,10 +27,33 @@ def state_name(raw: object) -> str:
     return text or "unknown"
 
 
-def _as_dict(task: Task | Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(task, Task):
-        return to_dict(task)
-    return task
+# The SDK's own objects are read directly: a call reads its answer from them, and converting the whole task (history
+# included) to a dict first costs more than the rest of the client side of a call.
+
+
+def _proto_texts(parts: Iterable[Part]) -> list[str]:
+    return [part.text for part in parts if which(part, "content") == "text"]
+
+
+def proto_message_text(message: Message) -> str:
+    """``message_text`` of an SDK message."""
+    return "\n".join(_proto_texts(message.parts))
+
+
+def _proto_output(task: Task) -> str:
+    texts = [text for artifact in task.artifacts for text in _proto_texts(artifact.parts)]
+    if texts:
+        return "\n".join(texts)
+    if has(task.status, "message"):
+        text = proto_message_text(task.status.message)
+        if text:
+            return text
+    for message in reversed(task.history):
+        if message.role == Role.ROLE_AGENT:
+            text = proto_message_text(message)
+            if text:
+                return text
+    return ""
 
 
 def _texts(parts: object) -> list[str]:
@@ -61,7 +84,9 @@ def _is_agent(message: Mapping[str, Any]) -> bool:
 def task_output(task: Task | Mapping[str, Any]) -> str:
     """All text parts across ``artifacts[].parts[]`` joined by newlines; else the text of ``status.message``; else the
     last agent message in ``history``; else the empty string."""
-    doc = _as_dict(task)
+    if isinstance(task, Task):
+        return _proto_output(task)
+    doc = task
     artifacts = doc.get("artifacts")
     texts: list[str] = []
     if isinstance(artifacts, Sequence) and not isinstance(artifacts, str | bytes):
@@ -87,5 +112,7 @@ def task_output(task: Task | Mapping[str, Any]) -> str:
 
 def status_text(task: Task | Mapping[str, Any]) -> str:
     """The text of ``status.message`` (why a task failed, what input it needs)."""
-    status = _as_dict(task).get("status")
+    if isinstance(task, Task):
+        return proto_message_text(task.status.message) if has(task.status, "message") else ""
+    status = task.get("status")
     return message_text(status.get("message")) if isinstance(status, Mapping) else ""

@@ -198,12 +198,15 @@ class MusterClient(ClientCore):
     def a2a_reload(self) -> A2AAgents:
         return self.call(calls.a2a_reload())
 
-    def a2a_call(self, tool: str, task: str) -> A2ACallResult:
-        """Call a remote agent's tool and wait for the end of its task (or its input-required/auth-required)."""
-        return self.call(calls.a2a_call(tool, task))
+    def a2a_call(
+        self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+    ) -> A2ACallResult:
+        """Call a remote agent's tool and wait for the end of its task (or its input-required/auth-required).
+        ``task_id``/``context_id`` (an input-required answer's metadata) continue that remote task with ``task``."""
+        return self.call(calls.a2a_call(tool, task, task_id=task_id, context_id=context_id))
 
-    def a2a_start(self, tool: str, task: str) -> A2ACall:
-        return self.call(calls.a2a_start(tool, task))
+    def a2a_start(self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> A2ACall:
+        return self.call(calls.a2a_start(tool, task, task_id=task_id, context_id=context_id))
 
     def a2a_get_call(self, call_id: str) -> A2ACall:
         return self.call(calls.a2a_get_call(call_id))

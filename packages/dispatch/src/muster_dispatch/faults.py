@@ -100,7 +100,9 @@ def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
     lowered = text.lower()
     if "reset" not in lowered and "try again" not in lowered and "regain" not in lowered and "again" not in lowered:
         return None  # the common case, without running the two patterns
-    iso = _RESET_ISO.search(text)
+    # Each pattern needs something a substring test finds faster than the pattern's own scan: the ISO one a date
+    # ("2030-01-01"), the other one its case-sensitive opening word, from where the scan can start.
+    iso = _RESET_ISO.search(text) if "-" in text else None
     if iso is not None:
         try:
             day = datetime.strptime(iso["date"], "%Y-%m-%d")
@@ -108,7 +110,8 @@ def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
             return when.replace(tzinfo=_zone(iso["tz"] or iso["tzword"])).astimezone(UTC)
         except ValueError:
             pass
-    for match in _RESET.finditer(text):
+    starts = [i for i in (text.find("reset"), text.find("try")) if i >= 0]
+    for match in _RESET.finditer(text, min(starts, default=len(text))):
         parsed = _from_match(match, now or datetime.now(UTC))
         if parsed is not None:
             return parsed

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from json.scanner import make_scanner
 from typing import Any
 
 NOT_JSON: Any = object()
-_scan = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed models the C class oddly
+# ``scan(line, 0)`` -> (value, end): the C scanner itself. A decoder tries it inline on a line first (one call fewer
+# per line) and hands anything but a bare JSON line (``end != len(line)`` or an exception) to ``parse``.
+scan: Callable[[str, int], tuple[Any, int]] = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+SCAN_ERRORS = (StopIteration, ValueError, RecursionError)
 _SPACE = " \t\r\n"
 
 
@@ -18,8 +22,8 @@ def parse(line: str) -> Any:
         if not line:
             return NOT_JSON
     try:
-        value, end = _scan(line, 0)
-    except (StopIteration, ValueError, RecursionError):
+        value, end = scan(line, 0)
+    except SCAN_ERRORS:
         return NOT_JSON
     return value if end == len(line) else NOT_JSON
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.live import LiveInput
-from muster_dispatch.provider import LocalProcess
+from muster_dispatch.local_process import LocalProcess
 
 READ_GRACE = 2.0  # seconds to drain the pipes after the CLI exited, before its group is swept
 
@@ -37,7 +37,7 @@ class ProcessRun:
 
     @property
     def returncode(self) -> int | None:
-        return self.process.process.returncode
+        return self.process.returncode
 
     async def open(self) -> None:
         """Write the live input's opening lines."""
@@ -78,6 +78,7 @@ class ProcessRun:
             self._stderr.cancel()
         for handle in self._timers:
             handle.cancel()
+        self.process.close()
         self.live = None
 
     async def _read_stdout(self) -> None:

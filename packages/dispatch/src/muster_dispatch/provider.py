@@ -5,31 +5,33 @@ defaults and configuration, the provider variables, the workspace's variables fi
 ``.outpost/.env`` in a project that has only that one), the agent variables. A name the
 provider and the agent both define is a ``configuration`` error. Variable values are never logged.
 
-Each process starts its own session (process group); a deadline or a cancel kills the whole group.
+Each process starts its own process group, which a deadline or a cancel kills whole; its own session as well when
+this process has a controlling terminal, so that the CLI and its tools never read or stop on that terminal. Without a
+terminal a session adds nothing: ``setsid`` is skipped there because it costs a scheduler autogroup per process, a
+few hundred microseconds of every turn on a busy Linux machine.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
 import os
 import secrets
 import shutil
-import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import AgentConfiguration, Command
-from muster_dispatch.processes import RUN_VARIABLE, descendants, signal_all
+from muster_dispatch.local_process import LocalProcess, spawn
+from muster_dispatch.processes import RUN_VARIABLE
 
 # The workspace's variables file: the first that exists. Projects set up with the second keep working unchanged.
 DOTENV_PATHS = (Path(".muster") / ".env", Path(".outpost") / ".env")
+_DOTENV_STRINGS = tuple(str(relative) for relative in DOTENV_PATHS)
 _BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL")
-STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,122 +44,15 @@ class Sandbox:
     def tmp(self) -> str:
         return os.path.join(self.home, "tmp")
 
-    @property
-    def dotenv(self) -> Path:
-        """The workspace's variables file (see ``DOTENV_PATHS``); the first one when there is none."""
-        for relative in DOTENV_PATHS:
-            candidate = self.workspace / relative
-            if candidate.is_file():
-                return candidate
-        return self.workspace / DOTENV_PATHS[0]
-
-
-class LocalProcess:
-    """A running CLI: line streams, stdin, and a group kill."""
-
-    def __init__(self, process: asyncio.subprocess.Process, marker: str | None = None) -> None:
-        self.process = process
-        self.pid = process.pid
-        self.marker = marker
-
-    @property
-    def stdout(self) -> asyncio.StreamReader:
-        assert self.process.stdout is not None
-        return self.process.stdout
-
-    @property
-    def stderr(self) -> asyncio.StreamReader:
-        assert self.process.stderr is not None
-        return self.process.stderr
-
-    async def write(self, text: str) -> None:
-        stdin = self.process.stdin
-        if stdin is None or stdin.is_closing():
-            raise DispatchError("steering", "the turn no longer accepts input")
-        stdin.write(text.encode())
-        await stdin.drain()
-
-    def close_stdin(self) -> None:
-        stdin = self.process.stdin
-        if stdin is not None and not stdin.is_closing():
-            stdin.close()
-
-    async def wait(self) -> int:
-        return await self.process.wait()
-
-    def signal_group(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-
-    async def kill(self, grace: float = 1.0) -> None:
-        """SIGTERM the CLI's group and every descendant (tools in their own sessions too), SIGKILL what is left
-        after ``grace`` seconds; leaves no process behind."""
-        tree = descendants(self.pid, self.marker)
-        self.signal_group(signal.SIGTERM)
-        signal_all(tree, signal.SIGTERM)
-        # Not process.wait(): on Python 3.11 it also waits for the pipes, which a surviving tool may hold.
-        exited = asyncio.Event()
-        unwatch = self.watch_exit(exited.set)
-        try:
-            await asyncio.wait_for(exited.wait(), grace)
-        except TimeoutError:
-            pass
-        finally:
-            unwatch()
-        tree |= descendants(self.pid, self.marker)  # forked meanwhile, or re-parented: found by the marker
-        self.signal_group(signal.SIGKILL)
-        signal_all(tree, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.process.wait()), 5.0)
-
-    def kill_now(self) -> None:
-        """SIGKILL the group and every descendant at once (no grace, no await: usable while being cancelled)."""
-        tree = descendants(self.pid, self.marker)
-        self.signal_group(signal.SIGKILL)
-        signal_all(tree, signal.SIGKILL)
-
-    def watch_exit(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` once the CLI process itself exits, even while a child still holds its pipes (asyncio's
-        ``wait()`` on Python 3.11 waits for the pipes too). Returns a function that stops watching."""
-        loop = asyncio.get_running_loop()
-        try:
-            fd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            loop.call_soon(callback)  # already gone
-            return lambda: None
-        except (AttributeError, OSError):
-            return self._poll_exit(loop, callback)
-        closed = False
-
-        def stop() -> None:
-            nonlocal closed
-            if not closed:
-                closed = True
-                loop.remove_reader(fd)
-                os.close(fd)
-
-        def fired() -> None:
-            stop()
-            callback()
-
-        loop.add_reader(fd, fired)
-        return stop
-
-    def _poll_exit(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> Callable[[], None]:
-        handle: list[asyncio.TimerHandle] = []
-
-        def check() -> None:
-            if self.process.returncode is not None:
-                callback()
-            else:
-                handle[:] = [loop.call_later(0.2, check)]
-
-        handle.append(loop.call_later(0.2, check))
-        return lambda: handle[0].cancel()
-
-    def sweep(self) -> None:
-        """After a normal exit: kill what the CLI left running in its group (helpers, servers)."""
-        self.signal_group(signal.SIGKILL)
+    def variables(self) -> dict[str, str]:
+        """The variables of the workspace's variables file; empty when there is none. Read on every turn, so with
+        string paths and one stat per candidate (pathlib and a missing-file exception cost ten times more)."""
+        workspace = str(self.workspace)
+        for relative in _DOTENV_STRINGS:
+            candidate = os.path.join(workspace, relative)
+            if os.path.isfile(candidate):
+                return read_dotenv(candidate)
+        return {}
 
 
 class LocalProvider:
@@ -218,7 +113,12 @@ class LocalProvider:
                 f"variables defined by both the sandbox provider and the agent: {', '.join(conflicts)}",
                 {"variables": conflicts},
             )
-        env = {name: os.environ[name] for name in _BASE_NAMES if name in os.environ}
+        env: dict[str, str] = {}
+        get = os.environ.get
+        for name in _BASE_NAMES:
+            value = get(name)
+            if value is not None:
+                env[name] = value
         env.setdefault("PATH", os.defpath)
         env.setdefault("LANG", "C.UTF-8")
         env["TERM"] = "dumb"
@@ -228,27 +128,23 @@ class LocalProvider:
         for name, value in harness.items():
             env[name] = f"{home}/{value[2:]}" if value.startswith("~/") else value
         env.update(self.variables)
-        env.update(read_dotenv(sandbox.dotenv) if dotenv is None else dotenv)
+        env.update(sandbox.variables() if dotenv is None else dotenv)
         env.update(agent)
         return env
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
         marker = secrets.token_hex(8)
         try:
-            process = await asyncio.create_subprocess_exec(
-                command.program,
-                *command.args,
+            handle = await spawn(
+                [command.program, *command.args],
                 cwd=sandbox.workspace,
                 env={**env, RUN_VARIABLE: marker},
-                stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,
-                limit=STREAM_LIMIT,
+                stdin=command.stdin is not None,
+                new_session=has_terminal(),
+                marker=marker,
             )
         except OSError as exc:
             raise DispatchError("process", f"cannot start {command.program}: {exc.strerror or exc}", cause=exc) from exc
-        handle = LocalProcess(process, marker)
         if command.stdin is not None:
             # If the process died at once, its exit code and stderr tell why.
             with contextlib.suppress(DispatchError, ConnectionError):
@@ -256,6 +152,16 @@ class LocalProvider:
             if not command.keep_stdin:
                 handle.close_stdin()
         return handle
+
+
+def has_terminal() -> bool:
+    """Whether this process has a controlling terminal (asked on every start: a daemon may have left its own)."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY | os.O_NONBLOCK)  # a serial line must not block
+    except OSError:
+        return False
+    os.close(fd)
+    return True
 
 
 def local_provider(root: Path | str, *, variables: Mapping[str, str] | None = None) -> LocalProvider:
@@ -280,8 +186,9 @@ def _merge_json(existing: str, new: str) -> str:
     return new
 
 
-def read_dotenv(path: Path) -> dict[str, str]:
+def read_dotenv(path: Path | str) -> dict[str, str]:
     """``NAME=value`` lines (``export`` prefix, quotes, comments); a missing file is empty."""
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

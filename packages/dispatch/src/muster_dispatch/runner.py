@@ -26,7 +26,7 @@ from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import JournalSink
 from muster_dispatch.live import live_input
 from muster_dispatch.process_run import ProcessRun
-from muster_dispatch.provider import LocalProvider, Sandbox, read_dotenv
+from muster_dispatch.provider import LocalProvider, Sandbox
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
 from muster_dispatch.results import TurnResult
 from muster_dispatch.sessions import (
@@ -233,11 +233,12 @@ class Dispatch:
                 result = replace(
                     result, attempts=result.attempts or [attempt], selected=result.selected or self.agent.name
                 )
-            self._record(
-                "turn.result",
-                {"result": result.to_dict()},
-                source="replay" if self.agent.kind == "replay" else "harness",
-            )
+            if self.journal is not None:  # the result's dict is built only to be journaled
+                self._record(
+                    "turn.result",
+                    {"result": result.to_dict()},
+                    source="replay" if self.agent.kind == "replay" else "harness",
+                )
             return result
         finally:
             if owned_root is not None:
@@ -444,7 +445,7 @@ class Dispatch:
 
     def _environment(self, agent: CliAgent, provider: LocalProvider, sandbox: Sandbox) -> dict[str, str]:
         harness = agent.harness
-        dotenv = read_dotenv(sandbox.dotenv)
+        dotenv = sandbox.variables()
         visible = {**provider.variables, **dotenv, **agent.variables}
         harness.credentials(visible)  # validates; a local provider passes the variables themselves
         configuration = harness.configuration(visible)

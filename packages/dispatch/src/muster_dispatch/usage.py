@@ -7,13 +7,10 @@ to it, ``output`` = output tokens (reasoning included). ``complete`` is False wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class Usage:
+class _Counts(NamedTuple):
     input: int
     cached: int
     cache_created: int
@@ -21,29 +18,32 @@ class Usage:
     models: dict[str, Usage]
     complete: bool
 
-    def __init__(
-        self,
+
+_new_tuple = tuple.__new__
+
+
+class Usage(_Counts):
+    """Immutable; a tuple underneath because building one is a single C call (it is built on the decode path)."""
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
         input: int = 0,
         cached: int = 0,
         cache_created: int = 0,
         output: int = 0,
         models: dict[str, Usage] | None = None,
         complete: bool = True,
-    ) -> None:
-        # Slot descriptors past the frozen __setattr__ (cheaper on the decode path); instances stay immutable.
-        _SET_INPUT(self, input)
-        _SET_CACHED(self, cached)
-        _SET_CACHE_CREATED(self, cache_created)
-        _SET_OUTPUT(self, output)
-        _SET_MODELS(self, {} if models is None else models)
-        _SET_COMPLETE(self, complete)
+    ) -> Usage:
+        return _new_tuple(cls, (input, cached, cache_created, output, {} if models is None else models, complete))
 
     @classmethod
     def missing(cls) -> Usage:
         """Nothing was recorded: zero counters, marked incomplete."""
         return cls(complete=False)
 
-    def __add__(self, other: Usage) -> Usage:
+    def __add__(self, other: Usage) -> Usage:  # type: ignore[override]  # a sum of counters, not a concatenation
         models = dict(self.models)
         for name, usage in other.models.items():
             models[name] = models[name] + usage if name in models else usage
@@ -96,15 +96,6 @@ class Usage:
             models={str(k): cls.from_dict(v) for k, v in models.items()} if isinstance(models, dict) else {},
             complete=bool(data.get("complete", True)),
         )
-
-
-_SLOTS: dict[str, Any] = Usage.__dict__  # type: ignore[assignment]
-_SET_INPUT: Callable[[Any, Any], None] = _SLOTS["input"].__set__
-_SET_CACHED: Callable[[Any, Any], None] = _SLOTS["cached"].__set__
-_SET_CACHE_CREATED: Callable[[Any, Any], None] = _SLOTS["cache_created"].__set__
-_SET_OUTPUT: Callable[[Any, Any], None] = _SLOTS["output"].__set__
-_SET_MODELS: Callable[[Any, Any], None] = _SLOTS["models"].__set__
-_SET_COMPLETE: Callable[[Any, Any], None] = _SLOTS["complete"].__set__
 
 
 def _int(value: Any) -> int:

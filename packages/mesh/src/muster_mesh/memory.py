@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -163,6 +163,12 @@ class _MemoryTx:
             ids.append(message.message_id)
             self._undo.append(_popper(seq_list, ids))
 
+    async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
+        seqs = await self.bump([to], live_at)
+        if seqs:
+            await self.add_message(message, seqs)
+        return seqs
+
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         seq_list, ids = self._s.inbox.get(agent_id, ([], []))
         start = bisect.bisect_right(seq_list, after)
@@ -241,3 +247,6 @@ class InMemoryMeshStore:
             except BaseException:
                 tx.rollback()
                 raise
+
+    def standalone(self) -> AbstractAsyncContextManager[_MemoryTx]:
+        return self.transaction()

@@ -77,6 +77,10 @@ class MeshTx(Protocol):
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         """Store a message and an inbox entry per recipient at the sequence ``bump`` gave it."""
 
+    async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
+        """``bump([to], live_at)`` then, when it gave a sequence, ``add_message`` at it: one statement where the
+        database allows. Returns what ``bump`` returned (empty, and nothing stored, when ``to`` is not live)."""
+
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         """Up to ``limit`` entries with sequence > ``after``, in sequence order."""
 
@@ -111,6 +115,12 @@ class MeshStore(Protocol):
         ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its ``last_seq``.
         Returns the renewed agent and the entries. None, and no change, when any of that does not hold or the store
         cannot do it in one step: the caller then takes a transaction, which refuses as it must."""
+
+    def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
+        """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and
+        COMMIT round trips around it), and a row lock lasts as long as its statement. For a read that is one
+        statement, or a write that is one statement re-checking its own conditions; a store may also hand out a
+        plain transaction here."""
 
 
 class Subscription(Protocol):

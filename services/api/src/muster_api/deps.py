@@ -4,6 +4,8 @@
 The capability modules (``muster_api.mesh``, ``.a2a``, ``.dispatch``) stay independent of each other (an
 import-linter contract), and every one of them may import this module: so it imports none of them at run time. The
 capability types are imported for the type checker only; at run time FastAPI needs the dependency, not the type.
+The getters are coroutines although they do not wait: FastAPI runs a plain function dependency in its thread pool,
+a thread hop on every request for an attribute read.
 """
 
 from __future__ import annotations
@@ -19,17 +21,17 @@ if TYPE_CHECKING:
     from muster_api.a2a.component import A2AState
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
 
-def get_mesh(request: Request) -> Mesh:
+async def get_mesh(request: Request) -> Mesh:
     mesh: Mesh = request.app.state.mesh
     return mesh
 
 
-def get_a2a(request: Request) -> A2AState:
+async def get_a2a(request: Request) -> A2AState:
     return request.app.state.a2a  # type: ignore[no-any-return]
 
 

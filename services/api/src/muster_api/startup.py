@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
-from muster_api.db.url import is_sqlite, redact, sqlite_path
 from muster_api.errors import ConfigurationError
 from muster_api.settings import Settings
 
@@ -88,6 +86,7 @@ async def check_database(settings: Settings, *, need_head: bool) -> None:
     import anyio
     from sqlalchemy import text
 
+    from muster_api.db.diagnose import describe_database_error, where
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import current_revision, head_revision
 
@@ -104,48 +103,9 @@ async def check_database(settings: Settings, *, need_head: bool) -> None:
     if need_head and current != head_revision():
         state = "has no Muster schema (never migrated)" if current is None else f"is at revision {current}"
         raise ConfigurationError(
-            f"the database {_where(settings.database_url)} {state}; this version needs {head_revision()}: run "
+            f"the database {where(settings.database_url)} {state}; this version needs {head_revision()}: run "
             "`muster migrate` (MUSTER_MIGRATE_ON_STARTUP is false, so serve does not migrate by itself)"
         )
-
-
-def _where(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    if is_sqlite(url):
-        return f"file {sqlite_path(url)}"
-    parsed = make_url(url)
-    return f"{parsed.database!r} on {parsed.host or 'localhost'}:{parsed.port or 5432}"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in seen:
-        seen.append(current)
-        orig: Any = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else (current.__cause__ or current.__context__)
-    return seen
-
-
-def describe_database_error(exc: BaseException, url: str) -> str:
-    names = {type(e).__name__ for e in _chain(exc)}
-    from sqlalchemy.engine import make_url
-
-    if is_sqlite(url):
-        return f"the SQLite {_where(url)} cannot be opened ({type(exc).__name__}): fix MUSTER_DATABASE_URL"
-    parsed = make_url(url)
-    host, port, user = parsed.host or "localhost", parsed.port or 5432, parsed.username or "postgres"
-    if "InvalidCatalogNameError" in names:
-        return (
-            f"the database {parsed.database!r} does not exist on {host}:{port}: create it with "
-            f"`createdb -h {host} -p {port} -U {user} {parsed.database}`, or fix MUSTER_DATABASE_URL"
-        )
-    if names & {"InvalidPasswordError", "InvalidAuthorizationSpecificationError"}:
-        return f"PostgreSQL at {host}:{port} refused user {user!r}: fix the credentials in MUSTER_DATABASE_URL"
-    if any(isinstance(e, OSError | TimeoutError) for e in _chain(exc)):
-        return f"PostgreSQL at {host}:{port} is unreachable: start it, or point MUSTER_DATABASE_URL at a running server"
-    return f"the database at {redact(url)} cannot be used ({type(exc).__name__}): check MUSTER_DATABASE_URL"
 
 
 async def check_config(settings: Settings) -> None:

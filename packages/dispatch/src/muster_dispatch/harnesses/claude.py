@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent
+from muster_dispatch.events import AgentEvent, event
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
-from muster_dispatch.jsonline import NOT_JSON, parse
+from muster_dispatch.jsonline import NOT_JSON, SCAN_ERRORS, parse, scan
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage, counter
 
@@ -65,27 +65,32 @@ def live_message(text: str) -> str:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one stream-json line; never raises."""
-    obj = parse(line)
+    try:
+        obj, end = scan(line, 0)
+    except SCAN_ERRORS:
+        end = -1
+    if end != len(line):
+        obj = parse(line)  # surrounded by whitespace, followed by more, or not JSON
     if obj.__class__ is not dict:
         if obj is NOT_JSON:
-            return [AgentEvent("raw", text=line)] if line.strip() else []
-        return [AgentEvent("raw", data=obj)]
+            return [event("raw", text=line)] if line.strip() else []
+        return [event("raw", data=obj)]
     try:
         handler = _HANDLERS.get(obj.get("type"))
-        return handler(obj) if handler is not None else [AgentEvent("raw", data=obj)]
+        return handler(obj) if handler is not None else [event("raw", data=obj)]
     except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [AgentEvent("raw", data=obj)]
+        return [event("raw", data=obj)]
 
 
 def _system(obj: dict[str, Any]) -> list[AgentEvent]:
     subtype = obj.get("subtype")
     if subtype == "init":
-        return [AgentEvent("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
+        return [event("conversation", id=_s(obj.get("session_id")), name=_s(obj.get("model")), data=obj)]
     if subtype == "api_retry":
-        return [AgentEvent("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
+        return [event("retry", text=_retry_text(obj), code=_s(obj.get("error")), data=obj)]
     if subtype == "permission_denied":
         return [
-            AgentEvent(
+            event(
                 "warning",
                 text=_s(obj.get("message")) or "permission denied",
                 id=_s(obj.get("tool_use_id")),
@@ -94,7 +99,7 @@ def _system(obj: dict[str, Any]) -> list[AgentEvent]:
                 data=obj,
             )
         ]
-    return [AgentEvent("raw", data=obj)]  # thinking_tokens, compact_boundary, hooks…
+    return [event("raw", data=obj)]  # thinking_tokens, compact_boundary, hooks…
 
 
 def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -104,18 +109,18 @@ def _assistant(obj: dict[str, Any]) -> list[AgentEvent]:
     if message.get("model") == "<synthetic>" or obj.get("is_api_error_message") or obj.get("isApiErrorMessage"):
         # API failures after the CLI's own retries arrive as a synthetic assistant message.
         text = " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-        return [AgentEvent("failure", text=text or "API error", code=_s(obj.get("error")) or "unknown", data=obj)]
+        return [event("failure", text=text or "API error", code=_s(obj.get("error")) or "unknown", data=obj)]
     out: list[AgentEvent] = []
     for block in content:
         if not isinstance(block, dict):
             continue
         btype = block.get("type")
         if btype == "text":
-            out.append(AgentEvent("text", text=block.get("text", ""), id=message_id))
+            out.append(event("text", text=block.get("text", ""), id=message_id))
         elif btype == "thinking":
-            out.append(AgentEvent("reasoning", text=block.get("thinking", ""), id=message_id))
+            out.append(event("reasoning", text=block.get("thinking", ""), id=message_id))
         elif btype == "tool_use":
-            out.append(AgentEvent("tool", id=_s(block.get("id")), name=_s(block.get("name")), input=block.get("input")))
+            out.append(event("tool", id=_s(block.get("id")), name=_s(block.get("name")), input=block.get("input")))
     return out
 
 
@@ -129,7 +134,7 @@ def _user(obj: dict[str, Any]) -> list[AgentEvent]:
             tool_id = _s(block.get("tool_use_id"))
             failed = bool(block.get("is_error"))
             out.append(
-                AgentEvent(
+                event(
                     "tool_result",
                     id=tool_id,
                     output=_tool_output(block.get("content")),
@@ -146,9 +151,7 @@ def _user(obj: dict[str, Any]) -> list[AgentEvent]:
                 and isinstance(detail.get("filePath"), str)
             ):
                 kind = _s(detail.get("type")) or "edit"
-                out.append(
-                    AgentEvent("file_change", id=tool_id, name=kind, data={"path": detail["filePath"], "kind": kind})
-                )
+                out.append(event("file_change", id=tool_id, name=kind, data={"path": detail["filePath"], "kind": kind}))
     return out
 
 
@@ -161,13 +164,13 @@ def _tool_output(content: Any) -> Any:
 
 
 def _stream(obj: dict[str, Any]) -> list[AgentEvent]:
-    event = obj.get("event") or {}
-    if event.get("type") == "content_block_delta":
-        delta = event.get("delta") or {}
+    streamed = obj.get("event") or {}
+    if streamed.get("type") == "content_block_delta":
+        delta = streamed.get("delta") or {}
         if delta.get("type") == "text_delta":
-            return [AgentEvent("text_delta", text=delta.get("text", ""))]
+            return [event("text_delta", text=delta.get("text", ""))]
         if delta.get("type") == "thinking_delta":
-            return [AgentEvent("reasoning", text=delta.get("thinking", ""), code="delta")]
+            return [event("reasoning", text=delta.get("thinking", ""), code="delta")]
     return []  # message_start / stops / signatures: the complete assistant line follows
 
 
@@ -175,8 +178,8 @@ def _result(obj: dict[str, Any]) -> list[AgentEvent]:
     session = _s(obj.get("session_id"))
     text = obj.get("result") if isinstance(obj.get("result"), str) else None
     subtype = _s(obj.get("subtype"))
-    out = [AgentEvent("usage", usage=_usage(obj), data={"total_cost_usd": obj.get("total_cost_usd")})]
-    out.append(AgentEvent("result", text=text, id=session, code=subtype, data=obj))
+    out = [event("usage", usage=_usage(obj), data={"total_cost_usd": obj.get("total_cost_usd")})]
+    out.append(event("result", text=text, id=session, code=subtype, data=obj))
     # `is_error` decides, not `subtype`: API failures keep subtype "success".
     if obj.get("is_error") or (subtype is not None and subtype.startswith("error")):
         api_error = obj.get("api_error")
@@ -184,8 +187,8 @@ def _result(obj: dict[str, Any]) -> list[AgentEvent]:
         message = text or _s(obj.get("terminal_reason")) or subtype or "Claude Code reported an error"
         if isinstance(api_error, str) and api_error not in message:
             message = f"{message} ({api_error})"
-        out.append(AgentEvent("failure", text=message, code=code, data=obj))
-    out.append(AgentEvent("finished", id=session, code=subtype))
+        out.append(event("failure", text=message, code=code, data=obj))
+    out.append(event("finished", id=session, code=subtype))
     return out
 
 
@@ -223,9 +226,9 @@ def _rate_limit(obj: dict[str, Any]) -> list[AgentEvent]:
     reset_at = reset_from_epoch(info.get("resetsAt"))
     if status == "rejected":
         text = f"rate limit rejected ({kind or 'unknown'})"
-        return [AgentEvent("quota", text=text, reset_at=reset_at, code=kind, data=obj)]
+        return [event("quota", text=text, reset_at=reset_at, code=kind, data=obj)]
     if status == "allowed_warning":
-        return [AgentEvent("warning", text=f"rate limit warning ({kind or 'unknown'})", code=kind, data=obj)]
+        return [event("warning", text=f"rate limit warning ({kind or 'unknown'})", code=kind, data=obj)]
     return []
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent
+from muster_dispatch.events import AgentEvent, event
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.harnesses.codex_common import (
     quota,
@@ -34,7 +34,7 @@ from muster_dispatch.harnesses.codex_common import (
 )
 from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
 from muster_dispatch.inputs import AgentInput
-from muster_dispatch.jsonline import NOT_JSON, parse
+from muster_dispatch.jsonline import NOT_JSON, SCAN_ERRORS, parse, scan
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage
 
@@ -62,40 +62,58 @@ def request(input: AgentInput, model: str | None, program: str) -> Command:
 
 def events(line: str) -> list[AgentEvent]:
     """Decode one ``codex exec --json`` line; never raises."""
-    obj = parse(line)
+    try:
+        obj, end = scan(line, 0)
+    except SCAN_ERRORS:
+        end = -1
+    if end != len(line):
+        obj = parse(line)  # surrounded by whitespace, followed by more, or not JSON
     if obj.__class__ is not dict:
         if obj is NOT_JSON:
-            return [AgentEvent("raw", text=line)] if line.strip() else []
-        return [AgentEvent("raw", data=obj)]
+            return [event("raw", text=line)] if line.strip() else []
+        return [event("raw", data=obj)]
     try:
         handler = _HANDLERS.get(obj.get("type"))
         if handler is not None:
             return handler(obj)
         if "type" not in obj and ("method" in obj or "id" in obj):
             return decode_app_server(obj)  # live input: `codex app-server` JSON-RPC lines
-        return [AgentEvent("raw", data=obj)]
+        return [event("raw", data=obj)]
     except Exception:  # a known type with an unexpected shape is still only a raw line
-        return [AgentEvent("raw", data=obj)]
+        return [event("raw", data=obj)]
+
+
+# Events are immutable: the end of every turn can share one.
+_FINISHED = event("finished")
+_FAILED = event("finished", code="failed")
 
 
 def _item_line(obj: dict[str, Any]) -> list[AgentEvent]:
     item = obj.get("item")
-    return _item(obj["type"], item) if item.__class__ is dict else [AgentEvent("raw", data=obj)]
+    if item.__class__ is not dict:
+        return [event("raw", data=obj)]
+    kind = obj["type"]
+    decoder = _ITEMS.get(item.get("type") or item.get("item_type"))
+    if decoder is None:
+        return [event("raw", data={"type": kind, "item": item})]
+    return decoder(kind, item)
 
 
 def _turn_completed(obj: dict[str, Any]) -> list[AgentEvent]:
-    return [AgentEvent("usage", usage=_usage(obj.get("usage"))), AgentEvent("finished")]
+    return [event("usage", usage=_usage(obj.get("usage"))), _FINISHED]
 
 
 def _turn_failed(obj: dict[str, Any]) -> list[AgentEvent]:
     error = obj.get("error") or {}
     message = _s(error.get("message") if isinstance(error, dict) else None) or "turn failed"
-    return [*turn_failure(message, obj), AgentEvent("finished", code="failed")]
+    out = turn_failure(message, obj)
+    out.append(_FAILED)
+    return out
 
 
 def _thread_started(obj: dict[str, Any]) -> list[AgentEvent]:
     thread = obj.get("thread_id")
-    return [AgentEvent("conversation", None, thread if thread.__class__ is str else None, data=obj)]
+    return [event("conversation", None, thread if thread.__class__ is str else None, data=obj)]
 
 
 def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -103,10 +121,12 @@ def _turn_started(obj: dict[str, Any]) -> list[AgentEvent]:
 
 
 def _error(obj: dict[str, Any]) -> list[AgentEvent]:
-    message = _s(obj.get("message")) or ""
+    message = obj.get("message")
+    if message.__class__ is not str:
+        message = ""
     if retry_notice(message.lower()):
-        return [AgentEvent("retry", text=message, data=obj)]
-    return [AgentEvent("failure", text=message or "error", code="error", data=obj)]
+        return [event("retry", text=message, data=obj)]
+    return [event("failure", text=message or "error", code="error", data=obj)]
 
 
 # Item decoders by item type: (line type, item) -> events. "item.updated" lines carry nothing we need.
@@ -117,20 +137,20 @@ def _message(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     if kind != "item.completed":
         return []
     text = item.get("text")
-    return [AgentEvent("text", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
+    return [event("text", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
 
 
 def _reasoning(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     if kind != "item.completed":
         return []
     text = item.get("text")
-    return [AgentEvent("reasoning", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
+    return [event("reasoning", text=text if text.__class__ is str else "", id=_s(item.get("id")))]
 
 
 def _command(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     item_id = _s(item.get("id"))
     if kind == "item.started":
-        return [AgentEvent("tool", id=item_id, name="shell", input={"command": item.get("command")})]
+        return [event("tool", id=item_id, name="shell", input={"command": item.get("command")})]
     if kind != "item.completed":
         return []
     return [shell_result(item_id, item.get("exit_code"), item.get("status"), item.get("aggregated_output"))]
@@ -139,38 +159,38 @@ def _command(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
 def _file_change(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     if kind != "item.completed":
         return []
-    return [AgentEvent("file_change", id=_s(item.get("id")), data=item.get("changes"))]
+    return [event("file_change", id=_s(item.get("id")), data=item.get("changes"))]
 
 
 def _mcp(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     item_id = _s(item.get("id"))
     name = f"{item.get('server')}.{item.get('tool')}"
     if kind == "item.started":
-        return [AgentEvent("tool", id=item_id, name=name, input=item.get("arguments"))]
+        return [event("tool", id=item_id, name=name, input=item.get("arguments"))]
     if kind != "item.completed":
         return []
     code = "error" if item.get("error") or item.get("status") == "failed" else None
-    return [AgentEvent("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
+    return [event("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
 
 
 def _web_search(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     item_id = _s(item.get("id"))
     if kind == "item.started":
-        return [AgentEvent("tool", id=item_id, name="web_search", input={"query": item.get("query")})]
+        return [event("tool", id=item_id, name="web_search", input={"query": item.get("query")})]
     if kind != "item.completed":
         return []
-    return [AgentEvent("tool_result", id=item_id, name="web_search", data=item)]
+    return [event("tool_result", id=item_id, name="web_search", data=item)]
 
 
 def _error_item(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
     # A non-fatal notice: the turn goes on; `turn.failed` is the failure.
     if kind != "item.completed":
         return []
-    return [AgentEvent("warning", text=_s(item.get("message")) or "", id=_s(item.get("id")), data=item)]
+    return [event("warning", text=_s(item.get("message")) or "", id=_s(item.get("id")), data=item)]
 
 
 def _todo_list(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
-    return [AgentEvent("raw", data=item)] if kind == "item.completed" else []
+    return [event("raw", data=item)] if kind == "item.completed" else []
 
 
 _ITEMS: dict[Any, _ItemFn] = {
@@ -184,13 +204,6 @@ _ITEMS: dict[Any, _ItemFn] = {
     "error": _error_item,
     "todo_list": _todo_list,
 }
-
-
-def _item(kind: str, item: dict[str, Any]) -> list[AgentEvent]:
-    decoder = _ITEMS.get(item.get("type") or item.get("item_type"))
-    if decoder is None:
-        return [AgentEvent("raw", data={"type": kind, "item": item})]
-    return decoder(kind, item)
 
 
 _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {

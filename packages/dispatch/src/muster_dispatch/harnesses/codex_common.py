@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from muster_dispatch.events import AgentEvent
+from muster_dispatch.events import AgentEvent, event
 from muster_dispatch.faults import parse_reset
 from muster_dispatch.usage import Usage, counter
 
@@ -79,16 +79,16 @@ def usage_from_counts(total_input: Any, cached_input: Any, cache_write_input: An
 def turn_failure(message: str, data: Any) -> list[AgentEvent]:
     """The events of a failed turn (before its ``finished``). Codex has no quota event of its own: the terminal
     failure text is the signal."""
-    out = [AgentEvent("failure", text=message, code="turn.failed", data=data)]
+    out = [event("failure", text=message, code="turn.failed", data=data)]
     if quota(message):
-        out.append(AgentEvent("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
+        out.append(event("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
     return out
 
 
 def shell_result(item_id: str | None, exit_code: Any, status: Any, output: Any) -> AgentEvent:
     """A finished shell command, from ``codex exec --json`` (snake_case) or app-server (camelCase) fields."""
     failed = status == "failed" or (isinstance(exit_code, int) and exit_code != 0)
-    return AgentEvent(
+    return event(
         "tool_result",
         id=item_id,
         name="shell",

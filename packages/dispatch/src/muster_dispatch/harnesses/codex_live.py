@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent
+from muster_dispatch.events import AgentEvent, event
 from muster_dispatch.harnesses.codex_common import shell_result, turn_failure, usage_from_counts
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import parse
@@ -160,7 +160,7 @@ def decode_app_server(message: dict[str, Any]) -> list[AgentEvent]:
     handler = _NOTIFICATIONS.get(method)
     params = message.get("params")
     if handler is None or not isinstance(params, dict):
-        return [AgentEvent("raw", data=message)]
+        return [event("raw", data=message)]
     return handler(params)
 
 
@@ -171,31 +171,31 @@ def _response(message: dict[str, Any]) -> list[AgentEvent]:
         ident = message.get("id")
         if isinstance(ident, str) and ident.startswith(STEER_ID_PREFIX):
             # The driver sends the refused steering as a new turn: worth knowing, not a failure of the dispatch.
-            return [AgentEvent("warning", text=f"steering sent as a new turn: {text}", code="steering", data=message)]
-        return [AgentEvent("failure", text=text, code="rpc", data=message)]
+            return [event("warning", text=f"steering sent as a new turn: {text}", code="steering", data=message)]
+        return [event("failure", text=text, code="rpc", data=message)]
     result = message.get("result")
     if isinstance(result, dict) and isinstance(result.get("thread"), dict):
         thread_id = result["thread"].get("id")
         if isinstance(thread_id, str):
-            return [AgentEvent("conversation", id=thread_id, name=_s(result.get("model")))]
+            return [event("conversation", id=thread_id, name=_s(result.get("model")))]
     return []  # initialize / turn/start / turn/steer acknowledgements
 
 
 def _thread_started(params: dict[str, Any]) -> list[AgentEvent]:
     thread = params.get("thread") or {}
-    return [AgentEvent("conversation", id=_s(thread.get("id")))] if isinstance(thread, dict) else []
+    return [event("conversation", id=_s(thread.get("id")))] if isinstance(thread, dict) else []
 
 
 def _item_started(params: dict[str, Any]) -> list[AgentEvent]:
     item = params.get("item") or {}
     kind = item.get("type")
     if kind == "commandExecution":
-        return [AgentEvent("tool", id=_s(item.get("id")), name="shell", input={"command": item.get("command")})]
+        return [event("tool", id=_s(item.get("id")), name="shell", input={"command": item.get("command")})]
     if kind == "mcpToolCall":
         name = f"{item.get('server')}.{item.get('tool')}"
-        return [AgentEvent("tool", id=_s(item.get("id")), name=name, input=item.get("arguments"))]
+        return [event("tool", id=_s(item.get("id")), name=name, input=item.get("arguments"))]
     if kind == "webSearch":
-        return [AgentEvent("tool", id=_s(item.get("id")), name="web_search", input={"query": item.get("query")})]
+        return [event("tool", id=_s(item.get("id")), name="web_search", input={"query": item.get("query")})]
     return []
 
 
@@ -204,27 +204,27 @@ def _item_completed(params: dict[str, Any]) -> list[AgentEvent]:
     kind = item.get("type")
     item_id = _s(item.get("id"))
     if kind == "agentMessage":
-        return [AgentEvent("text", text=_s(item.get("text")) or "", id=item_id)]
+        return [event("text", text=_s(item.get("text")) or "", id=item_id)]
     if kind == "reasoning":
         parts = [p for p in (item.get("summary") or []) + (item.get("content") or []) if isinstance(p, str)]
-        return [AgentEvent("reasoning", text="\n".join(parts), id=item_id)]
+        return [event("reasoning", text="\n".join(parts), id=item_id)]
     if kind == "commandExecution":
         return [shell_result(item_id, item.get("exitCode"), item.get("status"), item.get("aggregatedOutput"))]
     if kind == "fileChange":
-        return [AgentEvent("file_change", id=item_id, data=item.get("changes"))]
+        return [event("file_change", id=item_id, data=item.get("changes"))]
     if kind == "mcpToolCall":
         name = f"{item.get('server')}.{item.get('tool')}"
         code = "error" if item.get("error") or item.get("status") == "failed" else None
-        return [AgentEvent("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
+        return [event("tool_result", id=item_id, name=name, output=item.get("result"), code=code)]
     if kind == "webSearch":
-        return [AgentEvent("tool_result", id=item_id, name="web_search", data=item)]
+        return [event("tool_result", id=item_id, name="web_search", data=item)]
     if kind == "userMessage":
         return []
-    return [AgentEvent("raw", data=item)]
+    return [event("raw", data=item)]
 
 
 def _delta(params: dict[str, Any]) -> list[AgentEvent]:
-    return [AgentEvent("text_delta", text=_s(params.get("delta")) or "", id=_s(params.get("itemId")))]
+    return [event("text_delta", text=_s(params.get("delta")) or "", id=_s(params.get("itemId")))]
 
 
 def _token_usage(params: dict[str, Any]) -> list[AgentEvent]:
@@ -237,7 +237,7 @@ def _token_usage(params: dict[str, Any]) -> list[AgentEvent]:
         get("inputTokens"), get("cachedInputTokens"), get("cacheWriteInputTokens"), get("outputTokens")
     )
     # A running total for the thread: the turn state keeps the last one instead of adding them up.
-    return [AgentEvent("usage", usage=value, code="total")]
+    return [event("usage", usage=value, code="total")]
 
 
 def _turn_completed(params: dict[str, Any]) -> list[AgentEvent]:
@@ -249,8 +249,8 @@ def _turn_completed(params: dict[str, Any]) -> list[AgentEvent]:
         message = _s(error.get("message") if isinstance(error, dict) else None) or "turn failed"
         out.extend(turn_failure(message, turn))
     elif status == "interrupted":
-        out.append(AgentEvent("warning", text="the turn was interrupted", code="interrupted"))
-    out.append(AgentEvent("finished", id=_s(turn.get("id")) if isinstance(turn, dict) else None, code=status))
+        out.append(event("warning", text="the turn was interrupted", code="interrupted"))
+    out.append(event("finished", id=_s(turn.get("id")) if isinstance(turn, dict) else None, code=status))
     return out
 
 
@@ -258,8 +258,8 @@ def _error(params: dict[str, Any]) -> list[AgentEvent]:
     error = params.get("error") or {}
     message = _s(error.get("message") if isinstance(error, dict) else None) or "error"
     if params.get("willRetry"):
-        return [AgentEvent("retry", text=message, data=params)]
-    return [AgentEvent("failure", text=message, code="error", data=params)]
+        return [event("retry", text=message, data=params)]
+    return [event("failure", text=message, code="error", data=params)]
 
 
 def _ignored(params: dict[str, Any]) -> list[AgentEvent]:

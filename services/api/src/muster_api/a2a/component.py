@@ -243,13 +243,20 @@ class A2AState:
             raise
         return done, box
 
-    async def call(self, tool_name: str, task: str) -> CallRecord:
-        """Record the call, follow it and wait for its result (the following survives the caller's cancellation)."""
+    async def call(
+        self, tool_name: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+    ) -> CallRecord:
+        """Record the call, follow it and wait for its result (the following survives the caller's cancellation).
+        ``task_id``/``context_id`` continue that remote task (an input-required one) instead of starting one."""
         agents = self._hold()
         try:
             tool = agents.tool(tool_name)
             record = await self.tracker.begin(tool, task)
-            done, box = self._spawn(record.id, agents, lambda: self.tracker.run(record, tool))
+            done, box = self._spawn(
+                record.id,
+                agents,
+                lambda: self.tracker.run(record, tool, task_id=task_id, context_id=context_id),
+            )
         except BaseException:
             await self._let_go(agents)
             raise
@@ -262,14 +269,20 @@ class A2AState:
         value: CallRecord = box["value"]
         return value
 
-    async def start(self, tool_name: str, task: str) -> CallRecord:
+    async def start(
+        self, tool_name: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+    ) -> CallRecord:
         """Record the call and follow it in the background; returns at once."""
         agents = self._hold()
         try:
             tool = agents.tool(tool_name)
             record = await self.tracker.begin(tool, task)
             running = record.model_copy(deep=True)
-            self._spawn(record.id, agents, lambda: self.tracker.run(running, tool))
+            self._spawn(
+                record.id,
+                agents,
+                lambda: self.tracker.run(running, tool, task_id=task_id, context_id=context_id),
+            )
         except BaseException:
             await self._let_go(agents)
             raise

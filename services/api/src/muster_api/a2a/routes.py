@@ -27,6 +27,17 @@ class AgentsOut(BaseModel):
     skipped: dict[str, str]
 
 
+MAX_ID_CHARS = 256
+
+# A remote agent's own id for a task or a context, given back as it was received.
+RemoteId = Annotated[
+    str,
+    AfterValidator(refuse_nul),
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS, "pattern": NO_NUL}),
+    Field(min_length=1, max_length=MAX_ID_CHARS),
+]
+
+
 class CallIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -38,6 +49,16 @@ class CallIn(BaseModel):
     ] = Field(min_length=1, max_length=MAX_TASK_CHARS, description="The task text (no NUL character).")
     wait: bool = Field(
         default=True, strict=True, description="false: answer 202 with the stored call at once and follow it"
+    )
+    task_id: RemoteId | None = Field(
+        default=None,
+        description="Continue this remote task (the `task_id` of an input-required answer's metadata): `task` is "
+        "the answer to its question. Give its `context_id` too.",
+    )
+    context_id: RemoteId | None = Field(
+        default=None,
+        description="The remote context to continue (the `context_id` of an earlier answer's metadata); without "
+        "`task_id`, a new task in that context.",
     )
 
 
@@ -77,10 +98,11 @@ async def reload_agents(state: A2ADep) -> AgentsOut:
     },
 )
 async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JSONResponse:
+    ids = {"task_id": body.task_id, "context_id": body.context_id}
     if not body.wait:
-        record = await state.start(tool_name, body.task)
+        record = await state.start(tool_name, body.task, **ids)
         return JSONResponse(record.model_dump(mode="json"), status_code=202)
-    record = await state.call(tool_name, body.task)
+    record = await state.call(tool_name, body.task, **ids)
     assert record.result is not None
     return CallOut(call_id=record.id, **record.result.model_dump())
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, TypeVar
 
-from sqlalchemy import JSON, ColumnElement, Select, String, Table, func, literal, select, true, type_coerce
+from sqlalchemy import JSON, ColumnElement, Select, Table, func, literal, select, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
@@ -74,11 +74,6 @@ class Dialect(ABC):
     def json_array_contains(self, column: ColumnClause[object], value: str | ColumnElement[str]) -> ColumnElement[bool]:
         """``value`` is an element of the JSON array in ``column``."""
 
-    def stored_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        """``column`` as the driver returns it cheapest: as it stands, or (SQLite) as its stored text, which a
-        row mapper decodes faster than SQLAlchemy's per-value result processing."""
-        return column
-
     def json_type(self, sa_dialect: SaDialect) -> Any:
         """The column type behind ``JSONDocument``."""
         return sa_dialect.type_descriptor(JSON())
@@ -113,9 +108,6 @@ class SqliteDialect(Dialect):
         element = literal(value) if isinstance(value, str) else value
         each = func.json_each(column).table_valued("value")
         return select(true()).select_from(each).where(each.c.value == element).exists()
-
-    def stored_text(self, column: ColumnElement[Any]) -> ColumnElement[Any]:
-        return type_coerce(column, String)
 
     def pick(self, *, sqlite: T, postgresql: T) -> T:
         return sqlite

@@ -23,6 +23,11 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
     if not is_sqlite(url):
         kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 10)
+        # Last in, first out: a request takes the connection used most recently, whose server process is awake and
+        # which was not idle long enough to need a ping (see _ping_idle). First in, first out rotates through the
+        # whole pool, so after a pause of a fraction of a second each request met a connection idle for seconds,
+        # paying a ping round trip and a cold server process before its own first statement.
+        kwargs.setdefault("pool_use_lifo", True)
         engine = create_async_engine(url, **kwargs)
         if not kwargs.get("pool_pre_ping"):
             _ping_idle(engine)
@@ -54,8 +59,10 @@ def _tune_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Any) -> None:
         # IMMEDIATE takes the write lock up front: a deferred transaction that later writes can fail with
-        # SQLITE_BUSY without waiting (lock upgrade deadlock), which busy_timeout does not cover.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # SQLITE_BUSY without waiting (lock upgrade deadlock), which busy_timeout does not cover. Sent on the driver
+        # connection: one trip to aiosqlite's thread, where SQLAlchemy's cursor adapter takes three (open, execute,
+        # close), and every transaction begins with it.
+        conn.connection.dbapi_connection.run_async(lambda driver: driver.execute("BEGIN IMMEDIATE"))
 
 
 def _ping_idle(engine: AsyncEngine) -> None:

@@ -7,6 +7,7 @@ what went wrong and what to do — never a stack trace, never a token.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -121,7 +122,6 @@ async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
 async def agent_inbox(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.InboxArgs.model_validate(arguments)
     session.require()
-    await session.flush()
     page = await session.read(wait_seconds=args.wait_seconds, limit=args.limit)
     if not page.messages:
         waited = f" (waited {words.duration(args.wait_seconds)})" if args.wait_seconds else ""
@@ -197,14 +197,21 @@ MESH_HANDLERS: dict[str, Handler] = {
 # ---------------------------------------------------------------- A2A tools
 
 
+CONTINUE = re.compile(r"\A\s*\[continue ([A-Za-z0-9_-]{1,128})\]\s*(.*)\Z", re.DOTALL)
+"""A task that answers an input-required call: ``[continue <call id>] <the answer>``. The tool's input schema is
+the A2A contract's ``{task}`` verbatim, so the call to continue travels in the task text, named by the service's
+call id (one short id the agent copies from the question, which the service maps to the remote task and context)."""
+
+
 def a2a_words(tool: str, result: A2ACallResult) -> tuple[str, bool]:
     """The remote agent's answer, and whether it is an error. An interrupted task says how to go on."""
     task = result.metadata.get("task_id")
     if result.state == "input-required":
         return (
             f"The remote agent needs more input before it can finish (task {task} is input-required). It asks:\n"
-            f"{result.text}\nTo continue, call {tool} again with a task that restates the request and includes "
-            "your answer.",
+            f"{result.text}\nTo answer it on the same task, call {tool} again with a task that starts with "
+            f'[continue {result.call_id}] followed by your answer (for example: "[continue {result.call_id}] '
+            'yes"). A task without that prefix starts a new task instead.',
             False,
         )
     if result.state == "auth-required":
@@ -218,9 +225,36 @@ def a2a_words(tool: str, result: A2ACallResult) -> tuple[str, bool]:
     return result.text, result.is_error
 
 
+async def _continued(session: AgentSession, tool: str, call_id: str) -> tuple[str, str | None]:
+    """The remote task (and context) of the input-required call ``call_id`` of ``tool``."""
+    try:
+        earlier = await session.client.a2a_get_call(call_id)
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        raise ToolRefused(f"no call {call_id} is stored: copy the id from the question, or drop the prefix") from None
+    if earlier.tool != tool:
+        raise ToolRefused(
+            f"call {call_id} was a call of {earlier.tool}, not of {tool}: continue it with {earlier.tool}"
+        )
+    if earlier.state != "input-required" or earlier.task_id is None:
+        raise ToolRefused(
+            f"call {call_id} is not waiting for input (its task is {earlier.state}): drop the prefix to start a new "
+            "task"
+        )
+    return earlier.task_id, earlier.context_id
+
+
 async def call_a2a(session: AgentSession, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
     args = tools.A2AArgs.model_validate(arguments)
-    result = await session.client.a2a_call(tool, args.task)
+    continuing = CONTINUE.match(args.task)
+    if continuing is None:
+        return a2a_words(tool, await session.client.a2a_call(tool, args.task))
+    call_id, answer = continuing.groups()
+    if not answer.strip():
+        raise ToolRefused(f"the answer after [continue {call_id}] is empty: write it after the prefix")
+    task_id, context_id = await _continued(session, tool, call_id)
+    result = await session.client.a2a_call(tool, answer, task_id=task_id, context_id=context_id)
     return a2a_words(tool, result)
 
 

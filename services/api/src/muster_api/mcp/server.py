@@ -15,12 +15,12 @@ import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.stdio import stdio_server
 
 from muster_api import __version__
 from muster_api.mcp import handlers, tools
 from muster_api.mcp.session import AgentSession
 from muster_api.mcp.settings import McpSettings
+from muster_api.mcp.stdio import stdio_streams
 from muster_client import A2ATool, AsyncMusterClient, MusterClientError
 
 log = logging.getLogger("muster.mcp")
@@ -63,7 +63,8 @@ class MusterTools:
         remote = [
             types.Tool(
                 name=t.name,
-                description=f"{t.description} — a remote A2A agent, called through Muster.",
+                description=f"{t.description} — a remote A2A agent, called through Muster. When it asks for more "
+                "input, its answer says how to reply on the same task.",
                 input_schema=tools.A2A_SCHEMA,
             )
             for t in await self.remote_tools()
@@ -108,7 +109,7 @@ async def serve(settings: McpSettings) -> None:
     ):
         session = AgentSession(settings, client, group)
         server = build_server(MusterTools(session))
-        async with stdio_server() as (read, write):
+        async with stdio_streams() as (read, write):
             await server.run(read, write, server.create_initialization_options())
         session.stop_wake()
         with anyio.move_on_after(5, shield=True):

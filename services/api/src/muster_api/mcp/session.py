@@ -60,10 +60,11 @@ class AgentSession:
 
     async def flush(self) -> None:
         """Acknowledge what the last ``agent_inbox`` returned: the agent called again, so the answer reached it."""
-        if self.agent_id is None or self.delivered is None or self.delivered == self.acked:
+        cursor = self.delivered
+        if self.agent_id is None or cursor is None or cursor == self.acked:
             return
-        await self.client.ack(self.delivered, confirm=True)
-        self.acked = self.delivered
+        await self.client.ack(cursor, confirm=True)
+        self.acked = cursor
 
     # ------------------------------------------------------------ check-in
 
@@ -137,7 +138,26 @@ class AgentSession:
     # ------------------------------------------------------------ inbox
 
     async def read(self, *, wait_seconds: float, limit: int) -> InboxPage:
-        page = await self.client.inbox(after=self.delivered, limit=limit, wait_seconds=wait_seconds)
+        """The messages after those already given, while what was given last is acknowledged: the read names its
+        own ``after``, so the acknowledgement need not come first, and the agent waits for one round trip, not two.
+        If either fails, so does the call (the read's error first), and nothing is lost: the page is not marked
+        given, so the next call reads it again and acknowledges up to its cursor."""
+        failed: list[Exception] = []
+
+        async def acknowledge() -> None:
+            try:
+                await self.flush()
+            except Exception as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(acknowledge)
+            try:
+                page = await self.client.inbox(after=self.delivered, limit=limit, wait_seconds=wait_seconds)
+            except Exception as exc:
+                failed.insert(0, exc)
+        if failed:
+            raise failed[0]
         if page.messages:
             self.delivered = page.next_cursor
         return page

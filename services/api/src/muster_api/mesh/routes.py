@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
+from muster_api.deps import MeshDep
 from muster_api.etag import conditional
 from muster_api.jsonbody import StrictJsonRoute
 from muster_mesh import (
@@ -104,13 +105,13 @@ class Call:
     key: str | None
 
 
-def caller(*query: str) -> Callable[[Request], Awaitable[Call]]:
+def caller(*query: str) -> Callable[[Request, Mesh], Awaitable[Call]]:
     """One dependency per route, reading the headers itself (each FastAPI dependency costs a resolution per
     request), and refusing query parameters the route does not take: a typo such as ``wait=`` must not be
     silently ignored."""
     known = frozenset(query)
 
-    async def resolve(request: Request) -> Call:
+    async def resolve(request: Request, mesh: MeshDep) -> Call:
         unknown = sorted(set(request.query_params) - known)
         if unknown:
             takes = ", ".join(sorted(known)) or "none"
@@ -131,7 +132,7 @@ def caller(*query: str) -> Callable[[Request], Awaitable[Call]]:
                 "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces",
                 errors=[{"field": "Idempotency-Key", "rule": "string_pattern_mismatch", "message": "bad key"}],
             )
-        return Call(request.app.state.mesh, token, key)
+        return Call(mesh, token, key)
 
     return resolve
 

@@ -1,6 +1,7 @@
-"""What the mesh's SQL store does differently on PostgreSQL: a send is one round trip (the message, its inbox entries
-and the NOTIFY in one statement), and so is an inbox read (the lease renewal and the page in one statement, outside
-any transaction: one statement is atomic on its own, and BEGIN and COMMIT would be two more round trips).
+"""What the mesh's SQL store does differently on PostgreSQL: storing a message is one round trip (the message, its
+inbox entries and the NOTIFY in one statement; for a direct send, the recipient's sequence too), and so is an inbox
+read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on its own,
+and BEGIN and COMMIT would be two more round trips).
 
 The read runs on the asyncpg connection under the pooled one: through SQLAlchemy's adapter, compiling the statement
 and processing its rows cost more CPU than PostgreSQL spends running it."""
@@ -14,7 +15,7 @@ import anyio
 from sqlalchemy import bindparam, text
 
 from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values
-from muster_api.mesh.tables import messages
+from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentRecord, InboxEntry, MessageRecord
 
 _ADD_MESSAGE_SQL = """
@@ -36,7 +37,43 @@ _ADD_MESSAGE = text(_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :payload
 _ADD_MESSAGE_QUIET = text(_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(_SENT_AT)
 
 
+# A direct send's recipient bump, message, inbox entry and wake-up in one round trip. Data-modifying CTEs run to
+# completion whether or not the final SELECT reads them; with no live recipient, ``b`` is empty and so is the rest.
+_DELIVER_SQL = """
+WITH b AS (
+    UPDATE mesh_agents SET last_seq = last_seq + 1
+    WHERE agent_id = :to AND expires_at > :live_at
+    RETURNING agent_id, last_seq
+), m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    SELECT :message_id, :sender, :body, :thread_id, :sent_at FROM b
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
+    RETURNING 1
+)
+SELECT b.last_seq{notify} FROM b
+"""
+_LIVE_AT = bindparam("live_at", type_=agents.c.expires_at.type)
+_DELIVER = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :payload)")).bindparams(_SENT_AT, _LIVE_AT)
+_DELIVER_QUIET = text(_DELIVER_SQL.format(notify="")).bindparams(_SENT_AT, _LIVE_AT)
+
+
 class PostgresMeshTx(SqlMeshTx):
+    async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
+        notifier = self._store.notifier
+        channel, payload = notifier.payload([to]) if notifier is not None else (None, None)
+        params = {**message_values(message), "to": to, "live_at": live_at, "channel": channel, "payload": payload}
+        if channel is None:
+            del params["channel"], params["payload"]
+        row = (await self._conn.execute(_DELIVER if channel is not None else _DELIVER_QUIET, params)).first()
+        if row is None:
+            return {}
+        if channel is None:
+            await self._store.on_stored(self._conn, [to])
+        return {to: int(row.last_seq)}
+
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
         notifier = self._store.notifier

@@ -9,11 +9,13 @@ the core's statements, so both paths run the same text.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import anyio
+from sqlalchemy import Select
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.dml import UpdateBase
@@ -31,7 +33,7 @@ from muster_api.mesh.store import (
     message_values,
 )
 from muster_api.mesh.tables import agents
-from muster_mesh import AgentRecord, MessageRecord
+from muster_mesh import AgentFilter, AgentRecord, MessageRecord
 
 _NAMED = sqlite_dialect.dialect(paramstyle="named")
 # UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
@@ -53,6 +55,14 @@ class DriverStatement:
 
     async def rows(self, driver: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
         return [dict(zip(self.names, row, strict=True)) for row in await driver.execute_fetchall(self.sql, params)]
+
+
+@lru_cache(maxsize=64)
+def _driver_select(stmt: Select[Any]) -> tuple[str, tuple[str, ...], dict[str, Any]]:
+    """A select compiled once for the driver: its SQL, the names of its columns, the parameters SQLAlchemy adds
+    itself (the OFFSET beside a bound LIMIT)."""
+    compiled = stmt.compile(dialect=_NAMED)
+    return str(compiled), tuple(stmt.selected_columns.keys()), dict(compiled.params)
 
 
 _RENEW = DriverStatement(RENEW_BY_TOKEN)
@@ -88,6 +98,16 @@ class SqliteMeshTx(SqlMeshTx):
         rows = await _BUMP_ONE.rows(await self._aiosqlite(), {"p_id": agent_id, "p_now": _time(live_at)})
         return {row["agent_id"]: int(row["last_seq"]) for row in rows}
 
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        # A directory page is one hop to aiosqlite's thread this way, four through SQLAlchemy's cursor adapter (open,
+        # execute, fetch, close), and its rows skip SQLAlchemy's result machinery.
+        stmt, params = self._list_query(where, after, limit)
+        sql, names, added = _driver_select(stmt)
+        if where.live_at is not None:
+            params["p_live"] = _time(where.live_at)
+        rows = await (await self._aiosqlite()).execute_fetchall(sql, {**added, **params})
+        return [agent_from(dict(zip(names, row, strict=True))) for row in rows]
+
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         if len(seqs) != 1:
             await super().add_message(message, seqs)
@@ -122,6 +142,11 @@ class SqliteMeshStore(SqlMeshStore):
             conn = self._held
             async with conn.begin():
                 yield self.tx_class(conn, self)
+
+    def standalone(self) -> AbstractAsyncContextManager[SqlMeshTx]:
+        # One writer at a time either way: a standalone statement queues like a transaction (and on the held
+        # connection, a transaction costs no round trip to the pool).
+        return self.transaction()
 
     async def aclose(self) -> None:
         async with self._serial:

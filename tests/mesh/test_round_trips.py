@@ -1,0 +1,123 @@
+"""What the SQL store spends around the mesh's hot statements: the transactions a call opens (on PostgreSQL, BEGIN
+and COMMIT are round trips of their own) and the pooled connection a call is given (one used moments ago, whose
+server process is awake, rather than the one idle longest)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from muster_api.db.dialect import dialect_of
+from muster_api.db.engine import create_engine
+from muster_api.mesh.component import make_store
+from muster_api.settings import Settings
+from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, Superseded
+from muster_mesh.clock import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+@asynccontextmanager
+async def mesh_on(db_url: str) -> AsyncIterator[tuple[Mesh, AsyncEngine]]:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        store = make_store(engine, dialect_of(engine))
+        try:
+            yield Mesh(store, clock=FakeClock()), engine
+        finally:
+            await store.aclose()
+    finally:
+        await engine.dispose()
+
+
+async def test_a_page_and_a_renewal_open_no_transaction_where_statements_commit_alone(db_url: str) -> None:
+    async with mesh_on(db_url) as (mesh, engine):
+        created = await mesh.checkin(CheckinRequest(agent_id="alpha", status="idle", confirm=True))
+        assert isinstance(created, CheckinRecord) and created.token is not None
+        begins: list[object] = []
+
+        def count(conn: Any) -> None:
+            # SQLAlchemy announces a begin on an autocommit connection too; the database sees none there.
+            if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+                begins.append(conn)
+
+        event.listen(engine.sync_engine, "begin", count)
+        try:
+            page = await mesh.list_agents()
+            renewed = await mesh.checkin(
+                CheckinRequest(agent_id="alpha", status="busy", confirm=True), token=created.token
+            )
+            backlog = await mesh.backlog()
+            one = await mesh.get_agent("alpha")
+        finally:
+            event.remove(engine.sync_engine, "begin", count)
+        assert [a.agent_id for a in page.agents] == ["alpha"]
+        assert isinstance(renewed, CheckinRecord) and renewed.status == "busy" and renewed.action == "renew"
+        assert [b.agent_id for b in backlog.agents] == ["alpha"]
+        assert one.status == "busy"
+        # SQLite queues every statement behind its one writer, in a transaction; PostgreSQL runs each on its own.
+        assert len(begins) == (4 if dialect_of(engine).serial_writes else 0)
+
+
+async def test_a_renewal_with_a_stale_session_still_runs_the_full_check_in(db_url: str) -> None:
+    async with mesh_on(db_url) as (mesh, _engine):
+        first = await mesh.checkin(CheckinRequest(agent_id="beta", confirm=True))
+        assert isinstance(first, CheckinRecord) and first.token is not None
+        taken = await mesh.checkin(CheckinRequest(agent_id="beta", takeover=True, confirm=True))
+        assert isinstance(taken, CheckinRecord) and taken.token is not None and taken.token != first.token
+        with pytest.raises(Superseded):
+            await mesh.checkin(CheckinRequest(agent_id="beta", confirm=True), token=first.token)
+        again = await mesh.checkin(CheckinRequest(agent_id="beta", status="back", confirm=True), token=taken.token)
+        assert isinstance(again, CheckinRecord) and again.status == "back"
+
+
+async def test_a_request_after_others_takes_the_connection_used_last(db_url: str) -> None:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    if dialect_of(engine).serial_writes:
+        await engine.dispose()
+        pytest.skip("SQLite: the mesh's transactions share one held connection")
+    try:
+        # Five connections in the pool, checked in one after another.
+        async with AsyncExitStack() as stack:
+            for _ in range(5):
+                conn = await stack.enter_async_context(engine.connect())
+                await conn.exec_driver_sql("SELECT 1")
+        seen = []
+        for _ in range(3):
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                seen.append(id(raw.driver_connection))
+                await conn.exec_driver_sql("SELECT 1")
+        # The one checked in last, every time (first in, first out would hand out the one idle longest, each time
+        # another).
+        assert len(set(seen)) == 1
+    finally:
+        await engine.dispose()
+
+
+async def test_deliver_stores_for_a_live_recipient_only(db_url: str) -> None:
+    async with mesh_on(db_url) as (mesh, _engine):
+        await mesh.checkin(CheckinRequest(agent_id="live", confirm=True))
+        await mesh.checkin(CheckinRequest(agent_id="gone", ttl_seconds=60, confirm=True))
+        now = mesh.clock()
+        later = now + timedelta(seconds=120)
+
+        def message(n: int, at: datetime) -> MessageRecord:
+            return MessageRecord(message_id=f"m{n:031d}", sender="live", body=f"body {n}", thread_id=None, sent_at=at)
+
+        async with mesh.store.transaction() as tx:
+            assert await tx.deliver(message(1, later), "live", later) == {"live": 1}
+            assert await tx.deliver(message(2, later), "gone", later) == {}
+            assert await tx.deliver(message(3, later), "nobody", later) == {}
+        async with mesh.store.transaction() as tx:
+            live = await tx.read_inbox("live", after=0, limit=10)
+            gone = await tx.read_inbox("gone", after=0, limit=10)
+            agent = await tx.get_agent("gone")
+        assert [(e.seq, e.message.body) for e in live] == [(1, "body 1")]
+        assert gone == [] and agent is not None and agent.last_seq == 0
