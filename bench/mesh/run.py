@@ -338,6 +338,8 @@ async def main() -> None:
     else:
         print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
     print(f"== done in {time.perf_counter() - started:.1f} s")
+    # Sustained load and memory: its own processes (servers and a multi-process load generator).
+    subprocess.run([sys.executable, str(HERE / "load.py")], check=True)
 
 
 if __name__ == "__main__":

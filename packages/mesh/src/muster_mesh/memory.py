@@ -226,6 +226,18 @@ class InMemoryMeshStore:
         self._state = _State()
         self._lock = anyio.Lock()
 
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        async with self.transaction() as tx:
+            agent = await tx.find_by_token(token_hash)
+            if agent is None or not agent.live_at(now) or (after is not None and after > agent.last_seq):
+                return None
+            renewed = await tx.renew(token_hash, now)
+            assert renewed is not None
+            start = renewed.read_cursor if after is None else max(after, renewed.floor_seq)
+            return renewed, await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_MemoryTx]:
         async with self._lock:

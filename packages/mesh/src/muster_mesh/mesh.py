@@ -1,7 +1,8 @@
 """The mesh: roster with presence leases, durable inboxes, wake-ups. All the rules live here, once, for every store.
 
 Hot paths are counted in store calls (one SQL statement each, once the store's caches are warm), each in one
-transaction: a check-in renewal is 1, an inbox read 2 (none when a long-poll is handed its message by the wake-up),
+transaction: a check-in renewal is 1, an inbox read 1 where the store renews and reads in one step (2 otherwise; none
+when a long-poll is handed its message by the wake-up; a long-poll reads once when its reader polled before),
 an ack 2, a direct send 4 (renew the sender, take the recipient's sequence, store the message and its entry).
 """
 
@@ -86,6 +87,9 @@ T = TypeVar("T")
 SUPERSEDED_SCOPE = "superseded"
 # Marks a remembered check-in that answered a token (never stored itself).
 TOKEN_GIVEN = "token_given"
+
+# How many readers' token → agent_id entries to keep; past it the map starts over.
+MAX_KNOWN_TOKENS = 50_000
 
 SHORT_LEASE_ROLES = frozenset({"ping", "verification"})
 SHORT_TTL_SECONDS = 900
@@ -191,6 +195,9 @@ class Mesh:
         self.clock = clock
         self.limits = limits or MeshLimits()
         self._fanout = TokenBuckets(self.limits.fanout_per_minute)
+        # token hash → agent_id of readers seen: fixed for good once issued (a new session gets a new token), so a
+        # long-poll can subscribe before its first read.
+        self._agent_ids: dict[str, str] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -660,12 +667,17 @@ class Mesh:
         limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
         wait_seconds = min(max(wait_seconds, 0.0), self.limits.max_wait_seconds)
         deadline = anyio.current_time() + wait_seconds
-        agent, page = await self._read(token, after, limit)
-        if page.messages or wait_seconds == 0:
-            return page
-        # Subscribed before the next read, so a message committed after that read still wakes us.
-        async with self.notifier.subscribe(agent.agent_id) as subscription:
-            _, page = await self._read(token, after, limit)
+        hashed = self._hash(token)
+        # A reader that polled before is subscribed before its one read; otherwise the read says whose inbox it is.
+        agent_id = self._agent_ids.get(hashed) if wait_seconds > 0 else None
+        if agent_id is None:
+            agent, page = await self._read(hashed, after, limit)
+            if page.messages or wait_seconds == 0:
+                return page
+            agent_id = agent.agent_id
+        # Subscribed before the read that decides to wait, so a message committed after that read still wakes us.
+        async with self.notifier.subscribe(agent_id) as subscription:
+            _, page = await self._read(hashed, after, limit)
             while True:
                 remaining = deadline - anyio.current_time()
                 if page.messages or remaining <= 0:
@@ -674,7 +686,7 @@ class Mesh:
                     await subscription.wait()
                 handed = self._handed(subscription.take(), page.next_cursor, limit)
                 # The lease was renewed when this call began; a page handed over with the wake-up needs no read.
-                page = handed if handed is not None else (await self._read(token, after, limit))[1]
+                page = handed if handed is not None else (await self._read(hashed, after, limit))[1]
 
     @staticmethod
     def _handed(entries: list[InboxEntry], cursor: int, limit: int) -> InboxPage | None:
@@ -690,22 +702,41 @@ class Mesh:
         beyond = any(e.seq > shown[-1].seq for e in entries)
         return InboxPage(messages=[_message(e) for e in shown], next_cursor=shown[-1].seq, has_more=beyond)
 
-    async def _read(self, token: str | None, after: int | None, limit: int) -> tuple[AgentRecord, InboxPage]:
+    async def _read(self, hashed: str, after: int | None, limit: int) -> tuple[AgentRecord, InboxPage]:
         now = self._now()
-        async with self.store.transaction() as tx:
-            agent = await self._caller(tx, token, now, renew=True)
-            if after is not None and after > agent.last_seq:
-                # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
-                # silently skip every message up to it.
-                raise InvalidCursor(after, agent.last_seq, field="after")
-            start = agent.read_cursor if after is None else max(after, agent.floor_seq)
-            entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit + 1)
+        # One step where the store can (the common read); the transaction otherwise, which also says why a read is
+        # refused.
+        read = await self.store.renew_and_read(hashed, now, after=after, limit=limit + 1)
+        if read is None:
+            read = await self._read_in_transaction(hashed, after, limit + 1, now)
+        agent, entries = read
+        self._remember_agent(hashed, agent.agent_id)
+        start = agent.read_cursor if after is None else max(after, agent.floor_seq)
         shown = entries[:limit]
         return agent, InboxPage(
             messages=[_message(e) for e in shown],
             next_cursor=shown[-1].seq if shown else start,
             has_more=len(entries) > limit,
         )
+
+    async def _read_in_transaction(
+        self, hashed: str, after: int | None, limit: int, now: datetime
+    ) -> tuple[AgentRecord, list[InboxEntry]]:
+        async with self.store.transaction() as tx:
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
+            if after is not None and after > agent.last_seq:
+                # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
+                # silently skip every message up to it.
+                raise InvalidCursor(after, agent.last_seq, field="after")
+            start = agent.read_cursor if after is None else max(after, agent.floor_seq)
+            return agent, await tx.read_inbox(agent.agent_id, after=start, limit=limit)
+
+    def _remember_agent(self, hashed: str, agent_id: str) -> None:
+        if hashed in self._agent_ids:
+            return
+        if len(self._agent_ids) >= MAX_KNOWN_TOKENS:
+            self._agent_ids.clear()
+        self._agent_ids[hashed] = agent_id
 
     async def unread(self, *, token: str | None) -> int:
         """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call."""

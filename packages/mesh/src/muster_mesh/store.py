@@ -107,6 +107,15 @@ class MeshStore(Protocol):
     def transaction(self) -> AbstractAsyncContextManager[MeshTx]:
         """A transaction: committed when the block exits normally, rolled back when it raises."""
 
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        """An inbox read as one atomic step: renew the lease of the live agent holding this token (as
+        ``MeshTx.renew``) and read up to ``limit`` entries of its inbox after ``after`` (None: after its
+        ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its ``last_seq``.
+        Returns the renewed agent and the entries. None, and no change, when any of that does not hold or the store
+        cannot do it in one step: the caller then takes a transaction, which refuses as it must."""
+
     def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
         """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and
         COMMIT round trips around it), and a row lock lasts as long as its statement. For a read that is one

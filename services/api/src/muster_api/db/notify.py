@@ -4,17 +4,21 @@ recipients, the runs of dispatch).
 The sending transaction itself NOTIFYs the recipients' agent ids (``notify_in_transaction``, run by the SQL store),
 so the notification leaves exactly when the message commits and costs no transaction of its own. Each notification
 carries the sending instance's id: that instance has already woken its own waiters through ``publish`` (in-process,
-no round trip) and skips its own echo. Every instance keeps one dedicated asyncpg connection listening. A lost
-listener connection is re-opened and then every local waiter is woken once, since wake-ups may have been missed
-meanwhile: waiters re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
+no round trip) and skips its own echo. A mesh notification carries the message itself when it fits: a waiter on
+another instance then answers from it, as one on the sending instance does, without reading the store. Every
+instance keeps one dedicated asyncpg connection listening. A lost listener connection is re-opened and then every
+local waiter is woken once, since wake-ups may have been missed meanwhile: waiters re-read the store, so a spurious
+wake costs one read, a missed one would cost a whole long-poll.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -24,7 +28,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy import func as sqlfunc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from muster_mesh import InboxEntry, LocalNotifier
+from muster_mesh import InboxEntry, LocalNotifier, MessageRecord
 from muster_mesh.notify import LocalSubscription
 
 log = logging.getLogger("muster.notify")
@@ -48,6 +52,20 @@ def _chunks(agent_ids: Sequence[str]) -> list[str]:
     if current:
         chunks.append(",".join(current))
     return chunks
+
+
+def _handed(message: MessageRecord, seqs: Mapping[str, int]) -> str:
+    """A message and its recipients' sequences as a notification payload (a JSON object: agent ids never hold
+    ``{``)."""
+    m = [message.message_id, message.sender, message.body, message.thread_id, message.sent_at.isoformat()]
+    return json.dumps({"m": m, "s": dict(seqs)}, separators=(",", ":"), ensure_ascii=False)
+
+
+def _entries(payload: str) -> dict[str, InboxEntry]:
+    doc = json.loads(payload)
+    message_id, sender, body, thread_id, sent_at = doc["m"]
+    message = MessageRecord(message_id, sender, body, thread_id, datetime.fromisoformat(sent_at))
+    return {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in doc["s"].items()}
 
 
 def _setter(event: anyio.Event) -> Any:
@@ -80,11 +98,18 @@ class PgNotifier:
         for chunk in _chunks(agent_ids):
             await conn.execute(self._notify, {"p_payload": f"{self.instance}|{chunk}"})
 
-    def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
-        """(channel, payload) of the one NOTIFY for these recipients, or (None, None) when they need several."""
+    def payload(
+        self, agent_ids: Sequence[str], message: MessageRecord | None = None, seqs: Mapping[str, int] | None = None
+    ) -> tuple[str | None, str | None]:
+        """(channel, payload) of the one NOTIFY for these recipients, or (None, None) when they need several. With
+        the message and its sequences, the payload carries them when they fit."""
         chunks = _chunks(agent_ids)
         if len(chunks) != 1:
             return None, None
+        if message is not None and seqs:
+            handed = _handed(message, seqs)
+            if len(handed.encode()) <= MAX_PAYLOAD:
+                return self.channel, f"{self.instance}|{handed}"
         return self.channel, f"{self.instance}|{chunks[0]}"
 
     async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
@@ -92,9 +117,19 @@ class PgNotifier:
         self.local.fire(agent_ids, entries)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        instance, _, ids = payload.partition("|")
-        if instance != self.instance:
-            self.local.fire(ids.split(","))
+        instance, _, rest = payload.partition("|")
+        if instance == self.instance:
+            return
+        if not rest.startswith("{"):
+            self.local.fire(rest.split(","))
+            return
+        try:
+            entries = _entries(rest)
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable mesh notification; waking its readers without the message")
+            self.local.fire_all()
+            return
+        self.local.fire(list(entries), entries)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled. The first connection must succeed (start-up fails loudly otherwise); later losses

@@ -274,9 +274,11 @@ class TransactionNotifier(Protocol):
 
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
 
-    def payload(self, agent_ids: Sequence[str]) -> tuple[str | None, str | None]:
+    def payload(
+        self, agent_ids: Sequence[str], message: MessageRecord | None = None, seqs: Mapping[str, int] | None = None
+    ) -> tuple[str | None, str | None]:
         """(channel, payload) of the one notification for these recipients, or (None, None) when they need
-        several (``notify_in_transaction`` then sends them)."""
+        several (``notify_in_transaction`` then sends them); it may carry the message and its sequences."""
         ...
 
 
@@ -562,6 +564,12 @@ class SqlMeshStore:
     async def on_stored(self, conn: AsyncConnection, recipients: list[str]) -> None:
         if self.notifier is not None and recipients:
             await self.notifier.notify_in_transaction(conn, recipients)
+
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        """No one-step read in the portable core: the mesh reads in a transaction."""
+        return None
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:

@@ -1,16 +1,22 @@
 """What the mesh's SQL store does differently on PostgreSQL: storing a message is one round trip (the message, its
-inbox entries and the NOTIFY in one statement; for a direct send, the recipient's sequence too)."""
+inbox entries and the NOTIFY in one statement; for a direct send, the recipient's sequence too), and so is an inbox
+read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on its own,
+and BEGIN and COMMIT would be two more round trips).
+
+The read runs on the asyncpg connection under the pooled one: through SQLAlchemy's adapter, compiling the statement
+and processing its rows cost more CPU than PostgreSQL spends running it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
+import anyio
 from sqlalchemy import bindparam, text
 
-from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, message_values
+from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values
 from muster_api.mesh.tables import agents, messages
-from muster_mesh import MessageRecord
+from muster_mesh import AgentRecord, InboxEntry, MessageRecord
 
 _ADD_MESSAGE_SQL = """
 WITH m AS (
@@ -71,7 +77,7 @@ class PostgresMeshTx(SqlMeshTx):
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
         notifier = self._store.notifier
-        channel, payload = notifier.payload(recipients) if notifier is not None else (None, None)
+        channel, payload = notifier.payload(recipients, message, seqs) if notifier is not None else (None, None)
         params = {
             **message_values(message),
             "recipients": recipients,
@@ -84,8 +90,69 @@ class PostgresMeshTx(SqlMeshTx):
             await self._store.on_stored(self._conn, recipients)
 
 
+# $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
+# read cursor), $6 the page size. The UPDATE's WHERE holds every condition of a plain read: a row that fails one is
+# left alone and the caller takes the transaction that says why. One row per entry, or one with NULL entry columns.
+_RENEW_AND_READ = """
+WITH a AS (
+    UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
+    WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
+      AND ($5::bigint IS NULL OR $5::bigint <= last_seq)
+    RETURNING *
+)
+SELECT a.*, e.seq, e.message_id, e.sender, e.body, e.thread_id, e.sent_at
+FROM a LEFT JOIN LATERAL (
+    SELECT i.seq, m.message_id, m.sender, m.body, m.thread_id, m.sent_at
+    FROM mesh_inbox AS i JOIN mesh_messages AS m ON m.message_id = i.message_id
+    WHERE i.recipient = a.agent_id
+      AND i.seq > CASE WHEN $5::bigint IS NULL THEN a.read_cursor ELSE GREATEST($5::bigint, a.floor_seq) END
+    ORDER BY i.seq
+    LIMIT $6
+) AS e ON true
+ORDER BY e.seq
+"""
+
+
 class PostgresMeshStore(SqlMeshStore):
     tx_class = PostgresMeshTx
+
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        # The expiry is computed here from the TTL seen for this token (the WHERE re-checks it): without one, the
+        # transaction reads the row first.
+        ttl = self.ttl_hints.get(token_hash)
+        if ttl is None:
+            return None
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            try:
+                rows = await driver.fetch(
+                    _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
+                )
+            except BaseException:
+                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
+                with anyio.CancelScope(shield=True):
+                    await conn.invalidate()
+                raise
+        if not rows:
+            return None
+        entries = [
+            InboxEntry(
+                seq=r["seq"],
+                message=MessageRecord(
+                    message_id=r["message_id"],
+                    sender=r["sender"],
+                    body=r["body"],
+                    thread_id=r["thread_id"],
+                    sent_at=r["sent_at"],
+                ),
+            )
+            for r in rows
+            if r["seq"] is not None
+        ]
+        return agent_from(rows[0]), entries
 
 
 __all__ = ["PostgresMeshStore", "PostgresMeshTx"]
