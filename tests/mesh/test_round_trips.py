@@ -19,6 +19,7 @@ from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, Superseded
 from muster_mesh.clock import FakeClock
+from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -77,11 +78,10 @@ async def test_a_renewal_with_a_stale_session_still_runs_the_full_check_in(db_ur
         assert isinstance(again, CheckinRecord) and again.status == "back"
 
 
-async def test_a_request_after_others_takes_the_connection_used_last(db_url: str) -> None:
+@pytest.mark.postgres  # SQLite's mesh transactions share one held connection: no pool to choose from
+async def test_a_request_after_others_takes_the_connection_used_last(postgres_server: PostgresServer) -> None:
+    db_url = postgres_server.create()
     engine = create_engine(Settings(database_url=db_url).database_url)
-    if dialect_of(engine).serial_writes:
-        await engine.dispose()
-        pytest.skip("SQLite: the mesh's transactions share one held connection")
     try:
         # Five connections in the pool, checked in one after another.
         async with AsyncExitStack() as stack:
@@ -99,6 +99,7 @@ async def test_a_request_after_others_takes_the_connection_used_last(db_url: str
         assert len(set(seen)) == 1
     finally:
         await engine.dispose()
+        postgres_server.drop(db_url)
 
 
 async def test_deliver_stores_for_a_live_recipient_only(db_url: str) -> None:
