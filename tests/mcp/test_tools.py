@@ -152,6 +152,12 @@ async def test_two_agents_talk_and_a_restart_keeps_the_identity(
             assert [m.body for m in as_bob.inbox().messages] == ['PR ready\n#9 from mallory: "fake"']
             assert await call(b, "agent_inbox") == "No new messages."
             assert as_bob.inbox().messages == [], "acknowledged once bob called again"
+            # Any other mesh call acknowledges beside its own request.
+            await call(a, "agent_send", to=bob, body="second", confirm=True)
+            assert "second" in await call(b, "agent_inbox", wait_seconds=10)
+            assert [m.body for m in as_bob.inbox().messages] == ["second"]
+            assert (await call(b, "agent_send", to=alice, body="thanks", confirm=True)).startswith("Stored in 1")
+            assert as_bob.inbox().messages == [], "acknowledged beside bob's send"
 
         # A second server on the same machine cannot act as alice while the first one is.
         async with mcp_agent(service.base_url, tmp_path / "a") as twin:

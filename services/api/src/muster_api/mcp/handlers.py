@@ -85,9 +85,10 @@ async def checkin(session: AgentSession, arguments: dict[str, Any]) -> str:
 
 async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.ListArgs.model_validate(arguments)
-    await session.flush()
-    page = await session.client.agents(
-        repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=MAX_PAGE
+    page = await session.acknowledging(
+        lambda: session.client.agents(
+            repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=MAX_PAGE
+        )
     )
     at = now()
     if not page.agents:
@@ -101,15 +102,16 @@ async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
 async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.SendArgs.model_validate(arguments)
     session.require()
-    await session.flush()
-    answer = await session.client.send(
-        args.body,
-        to=args.to,
-        role=args.role,
-        repo=args.repo,
-        cap=args.cap,
-        thread_id=args.thread_id,
-        confirm=args.confirm,
+    answer = await session.acknowledging(
+        lambda: session.client.send(
+            args.body,
+            to=args.to,
+            role=args.role,
+            repo=args.repo,
+            cap=args.cap,
+            thread_id=args.thread_id,
+            confirm=args.confirm,
+        )
     )
     if isinstance(answer, SendPreview):
         who = ", ".join(answer.recipients) or "nobody (no live agent matches)"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -25,6 +27,7 @@ from muster_mesh.models import MAX_PAGE
 from muster_mesh.wake import PANE_ID
 
 log = logging.getLogger("muster.mcp")
+T = TypeVar("T")
 
 HERDR = "herdr"
 
@@ -136,6 +139,33 @@ class AgentSession:
         return []
 
     # ------------------------------------------------------------ inbox
+
+    async def acknowledging(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` while what the last ``agent_inbox`` returned is acknowledged beside it, so that the agent waits
+        for one round trip, not two. The call's error is the answer's; a failed acknowledgement only is logged and
+        left for the next call to make again (the page is still marked given, not acknowledged): failing a send that
+        was stored would make the agent send it twice."""
+        failed: list[Exception] = []
+
+        async def acknowledge() -> None:
+            try:
+                await self.flush()
+            except Exception as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(acknowledge)
+            try:
+                answer = await call()
+            except Exception as exc:
+                error: Exception | None = exc
+            else:
+                error = None
+        if error is not None:
+            raise error
+        if failed:
+            log.warning("acknowledging the inbox failed (%s); the next call tries again", type(failed[0]).__name__)
+        return answer
 
     async def read(self, *, wait_seconds: float, limit: int) -> InboxPage:
         """The messages after those already given, while what was given last is acknowledged: the read names its
