@@ -26,13 +26,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.sharedctypes import Synchronized
@@ -48,6 +45,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from pg import fresh_postgres  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from processes import serve  # noqa: E402
+
 LOAD_SECONDS = float(os.environ.get("MUSTER_BENCH_LOAD_SECONDS", "60"))
 MEMORY_MESSAGES = int(os.environ.get("MUSTER_BENCH_MEMORY_MESSAGES", "100000"))
 WORKERS = int(os.environ.get("MUSTER_BENCH_LOAD_WORKERS", "4"))
@@ -62,48 +62,6 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------------- server processes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class Server:
-    base: str
-    pid: int
-
-
-@contextmanager
-def serve(db_url: str) -> Iterator[Server]:
-    port = free_port()
-    env = {**os.environ, "MUSTER_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, str(HERE / "server.py"), db_url, str(port)], env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"bench server exited with {process.returncode}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("bench server not ready within 60 s")
-            time.sleep(0.05)
-        yield Server(base, process.pid)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def cpu_seconds(pid: int) -> float:

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -45,6 +43,9 @@ from muster_api.settings import Settings
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from pg import fresh_postgres  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from processes import serve  # noqa: E402
 
 CLIENTS = 16
 THROUGHPUT_SECONDS = 3.0
@@ -74,42 +75,6 @@ def ratio_line(name: str, value: float, unit: str, baseline_name: str, baseline:
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def server(db_url: str) -> Iterator[str]:
-    port = free_port()
-    env = {**os.environ, "MUSTER_LOG_LEVEL": "WARNING"}
-    process = subprocess.Popen([sys.executable, str(HERE / "server.py"), db_url, str(port)], env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"bench server exited with {process.returncode}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("bench server not ready within 60 s")
-            time.sleep(0.05)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 async def join(client: httpx.AsyncClient, agent_id: str, **fields: object) -> dict[str, str]:
@@ -315,7 +280,8 @@ async def list_figure(client: httpx.AsyncClient, db_url: str, noop: list[float])
 
 async def run_on(label: str, db_url: str) -> None:
     print(f"== {label}")
-    with server(db_url) as base:
+    with serve(db_url) as process:
+        base = process.base
         limits = httpx.Limits(max_connections=CLIENTS + 4, max_keepalive_connections=CLIENTS + 4)
         async with (
             httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client,
