@@ -168,26 +168,11 @@ class AgentSession:
         return answer
 
     async def read(self, *, wait_seconds: float, limit: int) -> InboxPage:
-        """The messages after those already given, while what was given last is acknowledged: the read names its
-        own ``after``, so the acknowledgement need not come first, and the agent waits for one round trip, not two.
-        If either fails, so does the call (the read's error first), and nothing is lost: the page is not marked
-        given, so the next call reads it again and acknowledges up to its cursor."""
-        failed: list[Exception] = []
-
-        async def acknowledge() -> None:
-            try:
-                await self.flush()
-            except Exception as exc:
-                failed.append(exc)
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(acknowledge)
-            try:
-                page = await self.client.inbox(after=self.delivered, limit=limit, wait_seconds=wait_seconds)
-            except Exception as exc:
-                failed.insert(0, exc)
-        if failed:
-            raise failed[0]
+        """The messages after those already given, while what was given last is acknowledged beside the read: the
+        read names its own ``after``, so the acknowledgement need not come first. An acknowledgement is a cursor:
+        one that failed is covered by the next, which acknowledges up to what this read gives."""
+        after = self.delivered
+        page = await self.acknowledging(lambda: self.client.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
         if page.messages:
             self.delivered = page.next_cursor
         return page
