@@ -4,25 +4,16 @@ and stop it afterwards: what every mesh benchmark leg does around its clients.""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 HERE = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+sys.path.insert(0, str(HERE.parent))
+from serving import free_port, wait_ready  # noqa: E402
 
 
 @dataclass
@@ -38,18 +29,7 @@ def serve(db_url: str) -> Iterator[Server]:
     process = subprocess.Popen([sys.executable, str(HERE / "server.py"), db_url, str(port)], env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"bench server exited with {process.returncode}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("bench server not ready within 60 s")
-            time.sleep(0.05)
+        wait_ready(base, process, "bench server")
         yield Server(base, process.pid)
     finally:
         process.terminate()

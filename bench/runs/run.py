@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ import bench_agents  # noqa: E402
 
 from muster_dispatch import AgentInput, Journal, custom_agent, dispatch  # noqa: E402
 from pg import fresh_postgres  # noqa: E402
+from serving import free_port, wait_ready  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
 RUNS = 100
@@ -64,13 +64,6 @@ def ratio_line(name: str, value: float, unit: str, baseline_name: str, baseline:
 def pct(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class Cluster:
@@ -109,16 +102,8 @@ class Cluster:
         port = free_port()
         proc = self._spawn(["serve", "--port", str(port)], {**self.env, "MUSTER_DISPATCH_WORKERS": "0"}, name)
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{name} did not start: {(self.tmp / f'{name}.log').read_text()}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    return base
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
+        wait_ready(base, proc, name, lambda: f":\n{(self.tmp / f'{name}.log').read_text()}")
+        return base
 
     def worker(self, name: str) -> subprocess.Popen[bytes]:
         env = {**self.env, "MUSTER_DISPATCH_WORKERS": "1", "MUSTER_LOG_LEVEL": "INFO"}

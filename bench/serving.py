@@ -1,0 +1,37 @@
+"""What every benchmark that starts a server process needs: a free loopback port, and a wait until the server
+answers ``/readyz`` (or has died, or took too long)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+import httpx
+
+READY_WITHIN = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_ready(base: str, process: subprocess.Popen[bytes], name: str, log: Callable[[], str] = lambda: "") -> None:
+    """Return once ``base`` answers ``/readyz`` with 200; raise, with what ``log`` reads then (the process's output),
+    if it exits first or is not ready within a minute."""
+    deadline = time.monotonic() + READY_WITHIN
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode} before it was ready{log()}")
+        try:
+            if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} not ready within {READY_WITHIN:.0f} s{log()}")
+        time.sleep(0.05)
