@@ -1,7 +1,9 @@
-"""Wake-ups across processes on one SQLite file: another connection's commit wakes this process's run readers."""
+"""Wake-ups of run readers: within an instance, across instances on PostgreSQL (carrying the rows when they fit),
+across processes on one SQLite file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -9,10 +11,11 @@ import pytest
 
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
-from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.notify import RunNotifier, RunTail
 from muster_api.dispatch.store import run_store
 from muster_api.settings import Settings
 from muster_dispatch import Observation
+from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -30,6 +33,81 @@ async def test_a_commit_through_another_connection_wakes_a_reader_of_the_run(tmp
                 await writer.append_events("run-1", [Observation(1, "2030-01-01T00:00:00+00:00", "agent", {}, {})])
                 with anyio.fail_after(30):  # no other wake-up exists here: only the file watch can end this wait
                     await sub.wait()
+            group.cancel_scope.cancel()
+    finally:
+        await here.dispose()
+        await there.dispose()
+
+
+def _observations(first: int, count: int, text: str = "x") -> list[Observation]:
+    return [
+        Observation(seq, "2030-01-01T00:00:00+00:00", "agent", {}, {"text": text})
+        for seq in range(first, first + count)
+    ]
+
+
+def test_a_tail_hands_over_only_what_continues_a_cursor_exactly() -> None:
+    tail = RunTail()
+    tail.add(_observations(1, 3), None)
+    assert [o.seq for o in tail.since(0) or []] == [1, 2, 3]
+    assert [o.seq for o in tail.since(2) or []] == [3]
+    assert tail.since(3) is None  # nothing new: only the rows can say whether the run went on
+    tail.add(_observations(6, 2), None)  # 4 and 5 never handed over: what came before the gap is dropped
+    assert tail.since(3) is None
+    assert [o.seq for o in tail.since(5) or []] == [6, 7]
+    tail.add([], 7)
+    assert tail.since(7) == []  # the handed end: nothing more will come
+
+
+async def test_a_journal_write_hands_its_rows_to_a_reader_of_the_same_instance(db_url: str) -> None:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        notifier = RunNotifier(engine)
+        store = run_store(engine, notifier)
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            async with notifier.subscribe("run-1") as sub:
+                await store.append_events("run-1", _observations(1, 2))
+                with anyio.fail_after(30):
+                    await sub.wait()
+                assert [o.seq for o in notifier.tail("run-1").since(0) or []] == [1, 2]
+            group.cancel_scope.cancel()
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def pg_db_url(postgres_server: PostgresServer) -> Iterator[str]:
+    url = postgres_server.create(migrated=True)
+    try:
+        yield url
+    finally:
+        postgres_server.release(url)
+
+
+@pytest.mark.postgres
+async def test_another_instance_gets_the_rows_in_the_notification_when_they_fit(pg_db_url: str) -> None:
+    url = Settings(database_url=pg_db_url).database_url
+    here, there = create_engine(url), create_engine(url)
+    try:
+        reader, writer_notifier = RunNotifier(here), RunNotifier(there)
+        writer = run_store(there, writer_notifier)
+        async with anyio.create_task_group() as group:
+            await group.start(reader.run)
+            await group.start(writer_notifier.run)
+            async with reader.subscribe("run-1") as sub:
+                tail = reader.tail("run-1")
+                await writer.append_events("run-1", _observations(1, 2))
+                with anyio.fail_after(30):
+                    await sub.wait()
+                assert [o.to_dict() for o in tail.since(0) or []] == [o.to_dict() for o in _observations(1, 2)]
+                assert tail.looks == 0
+                # Too large for a NOTIFY payload: the wake-up names the run, and its reader must read the rows.
+                await writer.append_events("run-1", _observations(3, 1, "y" * 8000))
+                with anyio.fail_after(30):
+                    await sub.wait()
+                assert tail.looks == 1
+                assert tail.since(2) is None
             group.cancel_scope.cancel()
     finally:
         await here.dispose()

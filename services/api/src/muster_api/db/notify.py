@@ -73,14 +73,15 @@ def _setter(event: anyio.Event) -> Any:
 
 
 class PgNotifier:
-    def __init__(self, engine: AsyncEngine, *, channel: str = CHANNEL) -> None:
-        # Another capability (dispatch runs) listens on its own channel with the same machinery.
+    def __init__(self, engine: AsyncEngine, *, channel: str = CHANNEL, local: LocalNotifier | None = None) -> None:
+        # Another capability (dispatch runs) listens on its own channel with the same machinery, its own waiters
+        # and its own payloads (``handed``).
         self.channel = channel
         self._notify = select(sqlfunc.pg_notify(channel, bindparam("p_payload")))
         self._engine = engine
         self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         self.instance = uuid.uuid4().hex[:12]
-        self.local = LocalNotifier()
+        self.local = local or LocalNotifier()
         self.listener_pid: int | None = None
         self.reconnects = 0
 
@@ -123,6 +124,10 @@ class PgNotifier:
         if not rest.startswith("{"):
             self.local.fire(rest.split(","))
             return
+        self.handed(rest)
+
+    def handed(self, rest: str) -> None:
+        """A notification that carries what changed (a JSON object): here a mesh message and its sequences."""
         try:
             entries = _entries(rest)
         except (ValueError, KeyError, TypeError):

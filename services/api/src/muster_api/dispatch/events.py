@@ -1,5 +1,6 @@
 """A run's journal as a stream: SSE while it runs (resumable with Last-Event-ID on any instance), or the package's
-JSONL. Readers wait on the notifier and always re-read the rows: a wake-up only says "look".
+JSONL. Readers wait on the notifier, and send what a wake-up handed over when it continues their stream exactly;
+otherwise they read the rows.
 
 SSE: each journal row is a plain message (no ``event:`` field; ``id:`` its sequence number, ``data:`` the
 observation ``{seq, at, source, scope, event}``); the stream ends with one ``event: result`` carrying the run. The
@@ -35,26 +36,35 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIter
     wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
     yield "retry: 1000\n\n"
     async with state.notifier.subscribe(run_id) as sub:
+        tail = state.notifier.tail(run_id)
+        handed: list[Observation] | None = None  # what the last wake-up handed over; None: read the rows
+        looks = tail.looks
         while True:
-            batch = await state.store.events_after(run_id, after)
-            for observation in batch:
+            if handed is None:
+                looks = tail.looks
+                batch = await state.store.events_after(run_id, after)
+            for observation in batch if handed is None else handed:
                 yield sse_event(observation)
                 after = observation.seq
-            if batch:
-                continue
-            run = await state.store.get(run_id)
-            if run is not None and run.finished:
-                # The worker flushed the journal before it stored the end: one more read sees every last event.
-                tail = await state.store.events_after(run_id, after)
-                for observation in tail:
-                    yield sse_event(observation)
-                if not tail:
-                    yield f"event: result\ndata: {run.model_dump_json()}\n\n"
-                    return
-                after = tail[-1].seq
-                continue
+            if handed is None and batch:
+                continue  # the rows may hold more
+            if handed is None or tail.end == after:
+                run = await state.store.get(run_id)
+                if run is not None and run.finished:
+                    # Unless the handed end said which row is the last, one more read sees every last event (the
+                    # worker flushed the journal before it stored the end).
+                    last = [] if tail.end == after else await state.store.events_after(run_id, after)
+                    for observation in last:
+                        yield sse_event(observation)
+                        after = observation.seq
+                    if not last:
+                        yield f"event: result\ndata: {run.model_dump_json()}\n\n"
+                        return
+                    handed = None
+                    continue
             with anyio.move_on_after(wait) as waited:
                 await sub.wait()
+            handed = tail.since(after) if tail.looks == looks and not waited.cancelled_caught else None
             if waited.cancelled_caught and state.notifier.shared:
                 yield ": keepalive\n\n"
 

@@ -3,8 +3,12 @@
 Keys are run ids (new events, a finish: SSE readers), ``control_key(run_id)`` (a steer or cancel: the worker
 executing the run) and ``NEW_RUN`` (a run was queued: idle workers look for it). Controls have a key of their own so
 that the worker is not woken by its own events. The writing transaction NOTIFYs (delivered at its commit); after the
-commit the writer fires its own instance's waiters, which skip the echo. Waiters always re-read the database: a
-wake-up says "look", never what changed.
+commit the writer fires its own instance's waiters, which skip the echo.
+
+A write of a run's journal (or its end) hands its observations to the run's readers with the wake-up, on the writing
+instance and, when they fit the NOTIFY payload, on the others: a reader whose cursor sits right before them sends
+them without reading the rows (``RunTail``). Any other wake-up, a gap in sequence numbers or a payload that did not
+fit says "look": the reader reads the rows.
 
 SQLite has no NOTIFY: a process sharing the file learns of another's commits from the file's ``data_version``
 (``FileWatch``), which wakes its run readers and idle workers; controls are not woken by it (a worker's own journal
@@ -13,9 +17,11 @@ writes change the file too), their waiters look again now and then.
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
-from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -24,9 +30,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.engine import UNLOCKED_READS
-from muster_api.db.notify import PgNotifier
+from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
 from muster_api.db.url import sqlite_path
-from muster_mesh import LocalNotifier
+from muster_dispatch import Observation
+from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
 
 log = logging.getLogger("muster.dispatch.notify")
@@ -105,12 +112,95 @@ class FileWatch:
                 pause = min(self.SLOWEST, pause * 2)
 
 
+class RunTail:
+    """What wake-ups handed over for one run while this process follows it: its latest observations (consecutive
+    sequence numbers), its last sequence number once its end was handed over, and how many wake-ups carried nothing
+    (each one says: read the rows)."""
+
+    KEEP = 256
+
+    def __init__(self) -> None:
+        self.observations: deque[Observation] = deque(maxlen=self.KEEP)
+        self.end: int | None = None
+        self.looks = 0
+
+    def add(self, batch: Sequence[Observation], end: int | None) -> None:
+        if batch:
+            if self.observations and batch[0].seq != self.observations[-1].seq + 1:
+                self.observations.clear()  # a gap (a notification missed or too large): only newer ones are whole
+            self.observations.extend(batch)
+        if end is not None:
+            self.end = end
+
+    def since(self, after: int) -> list[Observation] | None:
+        """Every observation after ``after`` when the wake-ups handed them all over ([] once the handed end is
+        reached); None when only the rows can tell."""
+        if self.end is not None and after == self.end:
+            return []
+        kept = self.observations
+        if not kept or after >= kept[-1].seq or after < kept[0].seq - 1:
+            return None
+        return list(itertools.islice(kept, after - kept[0].seq + 1, None))
+
+
+class RunWaiters(LocalNotifier):
+    """The process's waiters, with the tails of the runs they follow: a wake-up without observations counts as a look
+    for the runs it names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tails: dict[str, RunTail] = {}
+
+    def fire(self, agent_ids: Iterable[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
+        keys = list(agent_ids)
+        for key in keys:
+            if (tail := self.tails.get(key)) is not None:
+                tail.looks += 1
+        super().fire(keys, entries)
+
+    def fire_all(self) -> None:
+        for tail in self.tails.values():
+            tail.looks += 1
+        super().fire_all()
+
+    def hand(self, run_id: str, batch: Sequence[Observation], end: int | None) -> None:
+        if (tail := self.tails.get(run_id)) is not None:
+            tail.add(batch, end)
+        super().fire([run_id])
+
+
+class RunListener(PgNotifier):
+    """The dispatch channel: a payload is either keys (``a,b``) or a run's observations (``{"r": run id, "o":
+    [[seq, at, source, scope, event], …], "e": last seq or null}``)."""
+
+    def __init__(self, engine: AsyncEngine, waiters: RunWaiters) -> None:
+        super().__init__(engine, channel=CHANNEL, local=waiters)
+        self.waiters = waiters
+
+    def handing(self, run_id: str, batch: Sequence[Observation], end: int | None) -> str:
+        rows = [[o.seq, o.at, o.source, o.scope, o.event] for o in batch]
+        doc = json.dumps({"r": run_id, "o": rows, "e": end}, separators=(",", ":"), ensure_ascii=False)
+        payload = f"{self.instance}|{doc}"
+        return payload if len(payload.encode()) <= MAX_PAYLOAD else f"{self.instance}|{run_id}"
+
+    def handed(self, rest: str) -> None:
+        try:
+            doc = json.loads(rest)
+            run_id, end = str(doc["r"]), doc["e"]
+            batch = [Observation(int(seq), at, source, scope, event) for seq, at, source, scope, event in doc["o"]]
+        except (ValueError, KeyError, TypeError):
+            log.warning("unreadable run notification; waking every reader to read the rows")
+            self.waiters.fire_all()
+            return
+        self.waiters.hand(run_id, batch, end if isinstance(end, int) else None)
+
+
 class RunNotifier:
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
         dialect = dialect or dialect_of(engine)
-        listener: type[PgNotifier] | None = dialect.pick(sqlite=None, postgresql=PgNotifier)
-        self._pg = listener(engine, channel=CHANNEL) if listener is not None else None
-        self._local = self._pg.local if self._pg is not None else LocalNotifier()
+        self._local = RunWaiters()
+        on_postgresql: bool = dialect.pick(sqlite=False, postgresql=True)
+        self._pg = RunListener(engine, self._local) if on_postgresql else None
         # An in-memory SQLite database has no other process to hear from.
         on_file = self._pg is None and sqlite_path(engine.url.render_as_string()) is not None
         self._watch = FileWatch(engine, self._wake_readers) if on_file else None
@@ -132,6 +222,7 @@ class RunNotifier:
     @asynccontextmanager
     async def subscribe(self, key: str) -> AsyncIterator[LocalSubscription]:
         self._keys[key] += 1
+        self._local.tails.setdefault(key, RunTail())
         try:
             async with self._local.subscribe(key) as sub:
                 yield sub
@@ -139,6 +230,11 @@ class RunNotifier:
             self._keys[key] -= 1
             if not self._keys[key]:
                 del self._keys[key]
+                del self._local.tails[key]
+
+    def tail(self, run_id: str) -> RunTail:
+        """The run's tail while this process has a subscription to it."""
+        return self._local.tails[run_id]
 
     def _wake_readers(self) -> None:
         self._local.fire([key for key in self._keys if not key.startswith(CONTROL_PREFIX)])
@@ -154,3 +250,13 @@ class RunNotifier:
 
     def fire(self, keys: Sequence[str]) -> None:
         self._local.fire(keys)
+
+    def hand(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> None:
+        """After a commit of these journal rows (and of the run's end, whose last sequence number is ``end``): wake
+        this instance's readers of the run, handing the rows over."""
+        self._local.hand(run_id, batch, end)
+
+    def handing(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> tuple[str, str] | None:
+        """(channel, payload) of the one NOTIFY for such a write, carrying the rows when they fit; None without
+        LISTEN/NOTIFY."""
+        return (CHANNEL, self._pg.handing(run_id, batch, end)) if self._pg is not None else None

@@ -146,7 +146,7 @@ class SqlRunStore:
             if changed:
                 await self.notifier.in_transaction(conn, [run_id])
         if changed:
-            self.notifier.fire([run_id])
+            self.notifier.hand(run_id, last_events or [], final_seq(last_events))
         return changed
 
     async def cancel_queued(self, run_id: str, now: datetime) -> bool:
@@ -220,7 +220,7 @@ class SqlRunStore:
         async with self.engine.begin() as conn:
             await conn.execute(insert(events), _event_rows(run_id, batch))
             await self.notifier.in_transaction(conn, [run_id])
-        self.notifier.fire([run_id])
+        self.notifier.hand(run_id, batch)
 
     async def events_after(self, run_id: str, after: int, limit: int = 1000) -> list[Observation]:
         query = (
@@ -237,6 +237,11 @@ class SqlRunStore:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
         async with self.reads.connect() as conn:
             return int((await conn.execute(query)).scalar() or 0)
+
+
+def final_seq(last_events: list[Observation] | None) -> int | None:
+    """The last sequence number of a run's journal, known when its end stores the last rows."""
+    return last_events[-1].seq if last_events else None
 
 
 def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:

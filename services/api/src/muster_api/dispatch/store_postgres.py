@@ -5,7 +5,7 @@ time in those round trips, each a context switch on a loaded machine).
 - queue a run: the INSERT and its NOTIFY (a data-modifying CTE);
 - claim: ``UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`` the run and whether controls wait for it;
 - journal rows: the whole batch in one INSERT (``unnest`` of arrays: one prepared statement whatever the batch size)
-  with its NOTIFY;
+  with its NOTIFY, which carries the rows when they fit (other instances' readers then need not read them);
 - finish: the conditional UPDATE, the last journal rows only when it matched, the NOTIFY only when it matched.
 
 A statement is atomic: each keeps the guarantees of the transaction it replaces.
@@ -24,7 +24,7 @@ from muster_api.db.dialect import Dialect
 from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunNotifier
-from muster_api.dispatch.store import SqlRunStore, run_of
+from muster_api.dispatch.store import SqlRunStore, final_seq, run_of
 from muster_api.dispatch.tables import controls, runs
 from muster_dispatch import Observation
 
@@ -125,18 +125,24 @@ class PostgresRunStore(SqlRunStore):
         params: dict[str, Any] = {name: values.get(name) for name in _OUTCOME_TEXT}
         params.update({name: _jsonb(values.get(name)) for name in _OUTCOME_JSON})
         params.update(_arrays(last_events or []), run_id=run_id, owner=owner, finished_at=values["finished_at"])
-        params.update(self._notify_params([run_id]))
+        end = final_seq(last_events)
+        params.update(self._handing(run_id, last_events or [], end))
         async with self.autocommit.connect() as conn:
             changed = (await conn.execute(_FINISH, params)).first() is not None
         if changed:
-            self.notifier.fire([run_id])
+            self.notifier.hand(run_id, last_events or [], end)
         return changed
 
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
-        params = {**_arrays(batch), "run_id": run_id, **self._notify_params([run_id])}
+        params = {**_arrays(batch), "run_id": run_id, **self._handing(run_id, batch)}
         async with self.autocommit.connect() as conn:
             await conn.execute(_APPEND, params)
-        self.notifier.fire([run_id])
+        self.notifier.hand(run_id, batch)
+
+    def _handing(self, run_id: str, batch: list[Observation], end: int | None = None) -> dict[str, str]:
+        notify = self.notifier.handing(run_id, batch, end)
+        assert notify is not None, "PostgreSQL has LISTEN/NOTIFY"
+        return {"channel": notify[0], "payload": notify[1]}
 
 
 __all__ = ["PostgresRunStore"]
