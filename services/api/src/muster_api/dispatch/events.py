@@ -43,9 +43,10 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIter
             if handed is None:
                 looks = tail.looks
                 batch = await state.store.events_after(run_id, after)
-            for observation in batch if handed is None else handed:
-                yield sse_event(observation)
-                after = observation.seq
+            sent = batch if handed is None else handed
+            if sent:  # one write for the batch: each write crosses every middleware and the socket
+                yield "".join(sse_event(observation) for observation in sent)
+                after = sent[-1].seq
             if handed is None and batch:
                 continue  # the rows may hold more
             if handed is None or tail.end == after:
@@ -54,10 +55,10 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIter
                     # Unless the handed end said which row is the last, one more read sees every last event (the
                     # worker flushed the journal before it stored the end).
                     last = [] if tail.end == after else await state.store.events_after(run_id, after)
-                    for observation in last:
-                        yield sse_event(observation)
-                        after = observation.seq
-                    if not last:
+                    if last:
+                        yield "".join(sse_event(observation) for observation in last)
+                        after = last[-1].seq
+                    else:
                         yield f"event: result\ndata: {run.model_dump_json()}\n\n"
                         return
                     handed = None
