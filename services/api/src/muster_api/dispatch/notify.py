@@ -10,9 +10,10 @@ instance and, when they fit the NOTIFY payload, on the others: a reader whose cu
 them without reading the rows (``RunTail``). Any other wake-up, a gap in sequence numbers or a payload that did not
 fit says "look": the reader reads the rows.
 
-SQLite has no NOTIFY: a process sharing the file learns of another's commits from the file's ``data_version``
-(``FileWatch``), which wakes its run readers and idle workers; controls are not woken by it (a worker's own journal
-writes change the file too), their waiters look again now and then.
+SQLite has no NOTIFY: processes sharing the file wake each other through files beside it, one per kind of key,
+watched with inotify (``wakefiles.py``). Without inotify a process learns of another's commits from the file's
+``data_version`` (``FileWatch``), which wakes its run readers and idle workers; controls are not woken by it (a
+worker's own journal writes change the file too), their waiters look again now and then.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.engine import UNLOCKED_READS
 from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
 from muster_api.db.url import sqlite_path
+from muster_api.dispatch.wakefiles import WakeFiles, inotify
 from muster_dispatch import Observation
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -53,6 +55,13 @@ def shielded() -> anyio.CancelScope:
 
 def control_key(run_id: str) -> str:
     return f"{CONTROL_PREFIX}{run_id}"
+
+
+def kind_of(key: str) -> str:
+    """Which wake file a key's waiters watch (``wakefiles.KINDS``)."""
+    if key == NEW_RUN:
+        return "queued"
+    return "controls" if key.startswith(CONTROL_PREFIX) else "events"
 
 
 class FileWatch:
@@ -202,18 +211,22 @@ class RunNotifier:
         on_postgresql: bool = dialect.pick(sqlite=False, postgresql=True)
         self._pg = RunListener(engine, self._local) if on_postgresql else None
         # An in-memory SQLite database has no other process to hear from.
-        on_file = self._pg is None and sqlite_path(engine.url.render_as_string()) is not None
-        self._watch = FileWatch(engine, self._wake_readers) if on_file else None
+        database = sqlite_path(engine.url.render_as_string()) if self._pg is None else None
+        libc = inotify() if database is not None else None
+        self._files = WakeFiles(database, libc) if database is not None and libc is not None else None
+        self._watch = FileWatch(engine, self._wake_readers) if database is not None and libc is None else None
         self._keys: Counter[str] = Counter()
 
     @property
     def shared(self) -> bool:
         """Whether other processes' writes wake this one (otherwise waiters also look again now and then)."""
-        return self._pg is not None
+        return self._pg is not None or self._files is not None
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self._pg is not None:
             await self._pg.run(task_status=task_status)
+        elif self._files is not None:
+            await self._files.watch(self._wake_kind, task_status=task_status)
         elif self._watch is not None:
             await self._watch.run(task_status=task_status)
         else:
@@ -239,6 +252,14 @@ class RunNotifier:
     def _wake_readers(self) -> None:
         self._local.fire([key for key in self._keys if not key.startswith(CONTROL_PREFIX)])
 
+    def _wake_kind(self, kind: str) -> None:
+        self._local.fire([key for key in self._keys if kind_of(key) == kind])
+
+    def _touch(self, keys: Iterable[str]) -> None:
+        if self._files is not None:
+            for kind in {kind_of(key) for key in keys}:
+                self._files.touch(kind)
+
     async def in_transaction(self, conn: AsyncConnection, keys: Sequence[str]) -> None:
         if self._pg is not None:
             await self._pg.notify_in_transaction(conn, keys)
@@ -249,12 +270,15 @@ class RunNotifier:
         return self._pg.payload(keys) if self._pg is not None else (None, None)
 
     def fire(self, keys: Sequence[str]) -> None:
+        """After a commit: wake the waiters of these keys, in this process and (SQLite) in the others."""
         self._local.fire(keys)
+        self._touch(keys)
 
     def hand(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> None:
         """After a commit of these journal rows (and of the run's end, whose last sequence number is ``end``): wake
         this instance's readers of the run, handing the rows over."""
         self._local.hand(run_id, batch, end)
+        self._touch([run_id])
 
     def handing(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> tuple[str, str] | None:
         """(channel, payload) of the one NOTIFY for such a write, carrying the rows when they fit; None without
