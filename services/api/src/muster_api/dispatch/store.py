@@ -149,6 +149,19 @@ class SqlRunStore:
             self.notifier.hand(run_id, last_events or [], final_seq(last_events))
         return changed
 
+    async def finish_and_claim(
+        self,
+        run_id: str,
+        owner: str,
+        values: dict[str, Any],
+        last_events: list[Observation],
+        now: datetime,
+        until: datetime,
+    ) -> tuple[bool, tuple[Run, bool] | None]:
+        """``finish``, then ``claim`` for the same owner: a worker's next run comes with the end of its last (in one
+        statement on PostgreSQL)."""
+        return await self.finish(run_id, owner, values, last_events), await self.claim(owner, now, until)
+
     async def cancel_queued(self, run_id: str, now: datetime) -> bool:
         stmt = (
             update(runs)

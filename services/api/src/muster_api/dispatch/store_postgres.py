@@ -6,7 +6,8 @@ time in those round trips, each a context switch on a loaded machine).
 - claim: ``UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`` the run and whether controls wait for it;
 - journal rows: the whole batch in one INSERT (``unnest`` of arrays: one prepared statement whatever the batch size)
   with its NOTIFY, which carries the rows when they fit (other instances' readers then need not read them);
-- finish: the conditional UPDATE, the last journal rows only when it matched, the NOTIFY only when it matched.
+- finish: the conditional UPDATE, the last journal rows only when it matched, the NOTIFY only when it matched; and the
+  worker's next run claimed in the same statement.
 
 A statement is atomic: each keeps the guarantees of the transaction it replaces.
 """
@@ -17,7 +18,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, exists, func, insert, select, text, update
+from sqlalchemy import Boolean, Integer, bindparam, column, exists, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
@@ -41,7 +42,7 @@ SELECT pg_notify(:channel, :payload) FROM (SELECT count(*) FROM stored) AS done
 """)
 
 # No row when the run is no longer this owner's (interrupted): then no journal row is stored and nobody is woken.
-_FINISH = text("""
+_FINISH_SQL = """
 WITH done AS (
     UPDATE dispatch_runs SET status = :status, finished_at = :finished_at, selected = :selected,
         attempts = CAST(:attempts AS jsonb), text = :text, usage = CAST(:usage AS jsonb),
@@ -54,9 +55,36 @@ WITH done AS (
     FROM done, unnest(CAST(:seqs AS integer[]), CAST(:ats AS text[]), CAST(:sources AS text[]),
                       CAST(:scopes AS text[]), CAST(:events AS text[])) AS u(seq, at, source, scope, event)
     RETURNING 1
+){claim}
+{select}
+"""
+_FINISHED_AT = bindparam("finished_at", type_=UTCDateTime())
+_FINISH = text(
+    _FINISH_SQL.format(claim="", select="SELECT pg_notify(:channel, :payload), (SELECT count(*) FROM stored) FROM done")
+).bindparams(_FINISHED_AT)
+
+# The same, and the oldest queued run claimed for the same owner as ``claim`` does it. One row: whether the end was
+# stored (``finished``), then the claimed run's columns (NULL when none was queued).
+_CLAIM_SQL = """, told AS (
+    SELECT pg_notify(:channel, :payload) FROM done
+), claimed AS (
+    UPDATE dispatch_runs SET status = 'running', worker = :owner, started_at = :now, lease_expires_at = :until
+    WHERE id = (SELECT id FROM dispatch_runs WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+        AND status = 'queued'
+    RETURNING {columns},
+        EXISTS (SELECT 1 FROM dispatch_controls WHERE dispatch_controls.run_id = dispatch_runs.id) AS has_controls
+)"""
+_FINISH_AND_CLAIM = (
+    text(
+        _FINISH_SQL.format(
+            claim=_CLAIM_SQL.format(columns=", ".join(column.name for column in runs.columns)),
+            select="SELECT (SELECT count(*) FROM told) AS finished, claimed.*\n"
+            "FROM (SELECT (SELECT count(*) FROM stored)) AS one LEFT JOIN claimed ON true",
+        )
+    )
+    .bindparams(_FINISHED_AT, bindparam("now", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime()))
+    .columns(column("finished", Integer), *runs.columns, column("has_controls", Boolean))
 )
-SELECT pg_notify(:channel, :payload), (SELECT count(*) FROM stored) FROM done
-""").bindparams(bindparam("finished_at", type_=UTCDateTime()))
 
 _OUTCOME_TEXT = ("status", "selected", "text", "conversation")
 _OUTCOME_JSON = ("attempts", "usage", "error")
@@ -122,9 +150,7 @@ class PostgresRunStore(SqlRunStore):
     async def finish(
         self, run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation] | None = None
     ) -> bool:
-        params: dict[str, Any] = {name: values.get(name) for name in _OUTCOME_TEXT}
-        params.update({name: _jsonb(values.get(name)) for name in _OUTCOME_JSON})
-        params.update(_arrays(last_events or []), run_id=run_id, owner=owner, finished_at=values["finished_at"])
+        params = self._outcome_params(run_id, owner, values, last_events or [])
         end = final_seq(last_events)
         params.update(self._handing(run_id, last_events or [], end))
         async with self.autocommit.connect() as conn:
@@ -133,11 +159,40 @@ class PostgresRunStore(SqlRunStore):
             self.notifier.hand(run_id, last_events or [], end)
         return changed
 
+    async def finish_and_claim(
+        self,
+        run_id: str,
+        owner: str,
+        values: dict[str, Any],
+        last_events: list[Observation],
+        now: datetime,
+        until: datetime,
+    ) -> tuple[bool, tuple[Run, bool] | None]:
+        end = final_seq(last_events)
+        params = self._outcome_params(run_id, owner, values, last_events)
+        params.update(self._handing(run_id, last_events, end), now=now, until=until)
+        async with self.autocommit.connect() as conn:
+            row = dict((await conn.execute(_FINISH_AND_CLAIM, params)).mappings().one())
+        changed = bool(row.pop("finished"))
+        if changed:
+            self.notifier.hand(run_id, last_events, end)
+        has_controls = bool(row.pop("has_controls"))
+        return changed, (run_of(row), has_controls) if row["id"] is not None else None
+
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
         params = {**_arrays(batch), "run_id": run_id, **self._handing(run_id, batch)}
         async with self.autocommit.connect() as conn:
             await conn.execute(_APPEND, params)
         self.notifier.hand(run_id, batch)
+
+    @staticmethod
+    def _outcome_params(
+        run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation]
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {name: values.get(name) for name in _OUTCOME_TEXT}
+        params.update({name: _jsonb(values.get(name)) for name in _OUTCOME_JSON})
+        params.update(_arrays(last_events), run_id=run_id, owner=owner, finished_at=values["finished_at"])
+        return params
 
     def _handing(self, run_id: str, batch: list[Observation], end: int | None = None) -> dict[str, str]:
         notify = self.notifier.handing(run_id, batch, end)

@@ -1,4 +1,5 @@
-"""Workers: claim a queued run, execute it through ``muster_dispatch.dispatch`` and store its outcome.
+"""Workers: claim a queued run, execute it through ``muster_dispatch.dispatch`` and store its outcome, which claims
+the next queued run in the same write (one round trip per short run on PostgreSQL, not two).
 
 While a run executes, its worker renews the lease, flushes the journal as events come, and follows the run's
 controls (steer, cancel) wherever they were posted: the notifier wakes it, the controls are rows. A worker that
@@ -26,6 +27,7 @@ from muster_dispatch import (
     Continuation,
     Dispatch,
     DispatchError,
+    Observation,
     TurnResult,
     dispatch,
     replay_agent,
@@ -52,20 +54,29 @@ def idle_wait(state: DispatchState) -> float:
 
 
 async def work_forever(state: DispatchState, owner: str) -> None:
+    claimed: tuple[Run, bool] | None = None
     while True:
         try:
-            async with state.notifier.subscribe(NEW_RUN) as sub:
-                now = state.runtime.now()
-                with shielded():
-                    claimed = await state.store.claim(owner, now, now + state.lease)
-                if claimed is None:
-                    with anyio.move_on_after(idle_wait(state)):
-                        await sub.wait()
-                    continue
-            await execute(state, *claimed, owner)
+            if claimed is None:
+                claimed = await _claim_or_wait(state, owner)
+            else:  # the end of a run claims the next one
+                claimed = await execute(state, *claimed, owner)
         except Exception:  # a database hiccup must not end the worker: the next claim retries
+            claimed = None
             log.exception("dispatch worker %s failed; retrying", owner)
             await anyio.sleep(idle_wait(state))
+
+
+async def _claim_or_wait(state: DispatchState, owner: str) -> tuple[Run, bool] | None:
+    """The oldest queued run, claimed; else None after waiting for one to be queued (or for the next look)."""
+    async with state.notifier.subscribe(NEW_RUN) as sub:
+        now = state.runtime.now()
+        with shielded():
+            claimed = await state.store.claim(owner, now, now + state.lease)
+        if claimed is None:
+            with anyio.move_on_after(idle_wait(state)):
+                await sub.wait()
+        return claimed
 
 
 async def sweep_forever(state: DispatchState) -> None:
@@ -111,9 +122,11 @@ def failed(error: DispatchError | RunRequestError, finished_at: Any) -> dict[str
     return {"status": "failed", "finished_at": finished_at, "error": _json({"details": {}, **body})}
 
 
-async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str) -> None:
-    store, now = state.store, state.runtime.now
-    journal = SqlJournal(store, run.id, now)
+async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str) -> tuple[Run, bool] | None:
+    """Run it and store its end; the next run, claimed for this worker by the same write (None when none was
+    queued)."""
+    now = state.runtime.now
+    journal = SqlJournal(state.store, run.id, now)
     try:
         with shielded():
             agent, input, workspace = await _prepare(state, run)
@@ -122,9 +135,9 @@ async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
-            await store.finish(run.id, owner, failed(exc, now()))
-        return
+            return await _end(state, run, owner, failed(exc, now()), [])
     values: dict[str, Any] | None = None
+    claimed: tuple[Run, bool] | None = None
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(journal.keep_flushing)
@@ -140,9 +153,22 @@ async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str
             if values is None:  # shut down mid-run: nothing may keep running, and nobody will finish it later
                 await running.cancel()
                 error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
-                values = {"status": "interrupted", "finished_at": now(), "error": error}
-            if not await store.finish(run.id, owner, values, await journal.take_pending()):
-                log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
+                interrupted = {"status": "interrupted", "finished_at": now(), "error": error}
+                if not await state.store.finish(run.id, owner, interrupted, await journal.take_pending()):
+                    log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
+            else:
+                claimed = await _end(state, run, owner, values, await journal.take_pending())
+    return claimed
+
+
+async def _end(
+    state: DispatchState, run: Run, owner: str, values: dict[str, Any], last_events: list[Observation]
+) -> tuple[Run, bool] | None:
+    now = state.runtime.now()
+    stored, claimed = await state.store.finish_and_claim(run.id, owner, values, last_events, now, now + state.lease)
+    if not stored:
+        log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
+    return claimed
 
 
 async def _keep_lease(state: DispatchState, run: Run, owner: str, running: Dispatch) -> None:
