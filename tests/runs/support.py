@@ -112,4 +112,5 @@ async def finished(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
     response = await client.get(f"/dispatch/runs/{run_id}")
     assert response.status_code == 200
     run: dict[str, Any] = response.json()
+    assert stream.result == run, "the stream ends with the run as stored"
     return run

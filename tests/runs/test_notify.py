@@ -11,7 +11,7 @@ import pytest
 
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
-from muster_api.dispatch.notify import NEW_RUN, FileWatch, RunNotifier, RunTail, control_key
+from muster_api.dispatch.notify import NEW_RUN, FileWatch, RunEnd, RunNotifier, RunTail, control_key
 from muster_api.dispatch.store import run_store
 from muster_api.settings import Settings
 from muster_dispatch import Observation
@@ -99,7 +99,7 @@ def test_a_tail_hands_over_only_what_continues_a_cursor_exactly() -> None:
     tail.add(_observations(6, 2), None)  # 4 and 5 never handed over: what came before the gap is dropped
     assert tail.since(3) is None
     assert [o.seq for o in tail.since(5) or []] == [6, 7]
-    tail.add([], 7)
+    tail.add([], RunEnd(7, "{}"))
     assert tail.since(7) == []  # the handed end: nothing more will come
 
 

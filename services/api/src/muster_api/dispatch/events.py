@@ -49,12 +49,14 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncIter
                 after = sent[-1].seq
             if handed is None and batch:
                 continue  # the rows may hold more
-            if handed is None or tail.end == after:
+            if tail.end is not None and tail.end.seq == after:  # the end, handed over: every row is sent
+                yield f"event: result\ndata: {tail.end.run}\n\n"
+                return
+            if handed is None:
                 run = await state.store.get(run_id)
                 if run is not None and run.finished:
-                    # Unless the handed end said which row is the last, one more read sees every last event (the
-                    # worker flushed the journal before it stored the end).
-                    last = [] if tail.end == after else await state.store.events_after(run_id, after)
+                    # The worker flushed the journal before it stored the end: one more read sees every last event.
+                    last = await state.store.events_after(run_id, after)
                     if last:
                         yield "".join(sse_event(observation) for observation in last)
                         after = last[-1].seq

@@ -46,6 +46,11 @@ class SqlJournal:
         self._ring.set()
         return observation
 
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last observation recorded."""
+        return self._seq
+
     def observations(self) -> list[Observation]:
         return list(self._observations)
 

@@ -24,6 +24,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import NamedTuple
 
 import anyio
 from anyio.abc import TaskStatus
@@ -121,19 +122,26 @@ class FileWatch:
                 pause = min(self.SLOWEST, pause * 2)
 
 
+class RunEnd(NamedTuple):
+    """A run's end as its worker stored it: the last sequence number of its journal, and the run (JSON)."""
+
+    seq: int
+    run: str
+
+
 class RunTail:
     """What wake-ups handed over for one run while this process follows it: its latest observations (consecutive
-    sequence numbers), its last sequence number once its end was handed over, and how many wake-ups carried nothing
-    (each one says: read the rows)."""
+    sequence numbers), its end once that was handed over, and how many wake-ups carried nothing (each one says: read
+    the rows)."""
 
     KEEP = 256
 
     def __init__(self) -> None:
         self.observations: deque[Observation] = deque(maxlen=self.KEEP)
-        self.end: int | None = None
+        self.end: RunEnd | None = None
         self.looks = 0
 
-    def add(self, batch: Sequence[Observation], end: int | None) -> None:
+    def add(self, batch: Sequence[Observation], end: RunEnd | None) -> None:
         if batch:
             if self.observations and batch[0].seq != self.observations[-1].seq + 1:
                 self.observations.clear()  # a gap (a notification missed or too large): only newer ones are whole
@@ -144,7 +152,7 @@ class RunTail:
     def since(self, after: int) -> list[Observation] | None:
         """Every observation after ``after`` when the wake-ups handed them all over ([] once the handed end is
         reached); None when only the rows can tell."""
-        if self.end is not None and after == self.end:
+        if self.end is not None and after == self.end.seq:
             return []
         kept = self.observations
         if not kept or after >= kept[-1].seq or after < kept[0].seq - 1:
@@ -172,7 +180,7 @@ class RunWaiters(LocalNotifier):
             tail.looks += 1
         super().fire_all()
 
-    def hand(self, run_id: str, batch: Sequence[Observation], end: int | None) -> None:
+    def hand(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None) -> None:
         if (tail := self.tails.get(run_id)) is not None:
             tail.add(batch, end)
         super().fire([run_id])
@@ -180,13 +188,13 @@ class RunWaiters(LocalNotifier):
 
 class RunListener(PgNotifier):
     """The dispatch channel: a payload is either keys (``a,b``) or a run's observations (``{"r": run id, "o":
-    [[seq, at, source, scope, event], …], "e": last seq or null}``)."""
+    [[seq, at, source, scope, event], …], "e": [last seq, run JSON] or null}``)."""
 
     def __init__(self, engine: AsyncEngine, waiters: RunWaiters) -> None:
         super().__init__(engine, channel=CHANNEL, local=waiters)
         self.waiters = waiters
 
-    def handing(self, run_id: str, batch: Sequence[Observation], end: int | None) -> str:
+    def handing(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None) -> str:
         rows = [[o.seq, o.at, o.source, o.scope, o.event] for o in batch]
         doc = json.dumps({"r": run_id, "o": rows, "e": end}, separators=(",", ":"), ensure_ascii=False)
         payload = f"{self.instance}|{doc}"
@@ -197,11 +205,12 @@ class RunListener(PgNotifier):
             doc = json.loads(rest)
             run_id, end = str(doc["r"]), doc["e"]
             batch = [Observation(int(seq), at, source, scope, event) for seq, at, source, scope, event in doc["o"]]
-        except (ValueError, KeyError, TypeError):
+            ended = RunEnd(int(end[0]), str(end[1])) if end is not None else None
+        except (ValueError, KeyError, TypeError, IndexError):
             log.warning("unreadable run notification; waking every reader to read the rows")
             self.waiters.fire_all()
             return
-        self.waiters.hand(run_id, batch, end if isinstance(end, int) else None)
+        self.waiters.hand(run_id, batch, ended)
 
 
 class RunNotifier:
@@ -274,13 +283,13 @@ class RunNotifier:
         self._local.fire(keys)
         self._touch(keys)
 
-    def hand(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> None:
-        """After a commit of these journal rows (and of the run's end, whose last sequence number is ``end``): wake
-        this instance's readers of the run, handing the rows over."""
+    def hand(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None = None) -> None:
+        """After a commit of these journal rows (and of the run's end): wake this instance's readers of the run,
+        handing the rows (and the end) over."""
         self._local.hand(run_id, batch, end)
         self._touch([run_id])
 
-    def handing(self, run_id: str, batch: Sequence[Observation], end: int | None = None) -> tuple[str, str] | None:
+    def handing(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None = None) -> tuple[str, str] | None:
         """(channel, payload) of the one NOTIFY for such a write, carrying the rows when they fit; None without
         LISTEN/NOTIFY."""
         return (CHANNEL, self._pg.handing(run_id, batch, end)) if self._pg is not None else None

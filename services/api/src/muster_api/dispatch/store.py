@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.engine import UNLOCKED_READS
 from muster_api.dispatch.models import ACTIVE, Run
-from muster_api.dispatch.notify import NEW_RUN, RunNotifier, control_key
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key
 from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
 from muster_dispatch import Observation
 from muster_dispatch.conversations import check_key, checked_snapshot
@@ -129,11 +129,16 @@ class SqlRunStore:
             return (await conn.execute(stmt)).rowcount == 1
 
     async def finish(
-        self, run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation] | None = None
+        self,
+        run_id: str,
+        owner: str,
+        values: dict[str, Any],
+        last_events: list[Observation] | None = None,
+        end: RunEnd | None = None,
     ) -> bool:
         """Record the outcome of a run this owner still holds, with the journal rows not stored yet (one transaction:
         a reader that sees the run finished sees its whole journal); False when the run was taken from the owner
-        (interrupted), and then the rows are not stored either."""
+        (interrupted), and then the rows are not stored either. ``end`` (the run as it ends) is handed to readers."""
         stmt = (
             update(runs)
             .where(runs.c.id == run_id, runs.c.worker == owner, runs.c.status == "running")
@@ -146,7 +151,7 @@ class SqlRunStore:
             if changed:
                 await self.notifier.in_transaction(conn, [run_id])
         if changed:
-            self.notifier.hand(run_id, last_events or [], final_seq(last_events))
+            self.notifier.hand(run_id, last_events or [], end)
         return changed
 
     async def finish_and_claim(
@@ -157,10 +162,11 @@ class SqlRunStore:
         last_events: list[Observation],
         now: datetime,
         until: datetime,
+        end: RunEnd | None = None,
     ) -> tuple[bool, tuple[Run, bool] | None]:
         """``finish``, then ``claim`` for the same owner: a worker's next run comes with the end of its last (in one
         statement on PostgreSQL)."""
-        return await self.finish(run_id, owner, values, last_events), await self.claim(owner, now, until)
+        return await self.finish(run_id, owner, values, last_events, end), await self.claim(owner, now, until)
 
     async def cancel_queued(self, run_id: str, now: datetime) -> bool:
         stmt = (
@@ -250,11 +256,6 @@ class SqlRunStore:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
         async with self.reads.connect() as conn:
             return int((await conn.execute(query)).scalar() or 0)
-
-
-def final_seq(last_events: list[Observation] | None) -> int | None:
-    """The last sequence number of a run's journal, known when its end stores the last rows."""
-    return last_events[-1].seq if last_events else None
 
 
 def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:

@@ -24,8 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN, RunNotifier
-from muster_api.dispatch.store import SqlRunStore, final_seq, run_of
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier
+from muster_api.dispatch.store import SqlRunStore, run_of
 from muster_api.dispatch.tables import controls, runs
 from muster_dispatch import Observation
 
@@ -148,10 +148,14 @@ class PostgresRunStore(SqlRunStore):
         return run_of(values), has_controls
 
     async def finish(
-        self, run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation] | None = None
+        self,
+        run_id: str,
+        owner: str,
+        values: dict[str, Any],
+        last_events: list[Observation] | None = None,
+        end: RunEnd | None = None,
     ) -> bool:
         params = self._outcome_params(run_id, owner, values, last_events or [])
-        end = final_seq(last_events)
         params.update(self._handing(run_id, last_events or [], end))
         async with self.autocommit.connect() as conn:
             changed = (await conn.execute(_FINISH, params)).first() is not None
@@ -167,8 +171,8 @@ class PostgresRunStore(SqlRunStore):
         last_events: list[Observation],
         now: datetime,
         until: datetime,
+        end: RunEnd | None = None,
     ) -> tuple[bool, tuple[Run, bool] | None]:
-        end = final_seq(last_events)
         params = self._outcome_params(run_id, owner, values, last_events)
         params.update(self._handing(run_id, last_events, end), now=now, until=until)
         async with self.autocommit.connect() as conn:
@@ -194,7 +198,7 @@ class PostgresRunStore(SqlRunStore):
         params.update(_arrays(last_events), run_id=run_id, owner=owner, finished_at=values["finished_at"])
         return params
 
-    def _handing(self, run_id: str, batch: list[Observation], end: int | None = None) -> dict[str, str]:
+    def _handing(self, run_id: str, batch: list[Observation], end: RunEnd | None = None) -> dict[str, str]:
         notify = self.notifier.handing(run_id, batch, end)
         assert notify is not None, "PostgreSQL has LISTEN/NOTIFY"
         return {"channel": notify[0], "payload": notify[1]}

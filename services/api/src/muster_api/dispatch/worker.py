@@ -19,7 +19,7 @@ import anyio
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN, control_key, shielded
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, control_key, shielded
 from muster_api.dispatch.workspaces import resolve_workspace
 from muster_dispatch import (
     AgentEvent,
@@ -27,7 +27,6 @@ from muster_dispatch import (
     Continuation,
     Dispatch,
     DispatchError,
-    Observation,
     TurnResult,
     dispatch,
     replay_agent,
@@ -135,7 +134,7 @@ async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
-            return await _end(state, run, owner, failed(exc, now()), [])
+            return await _end(state, run, owner, failed(exc, now()), journal)
     values: dict[str, Any] | None = None
     claimed: tuple[Run, bool] | None = None
     try:
@@ -154,18 +153,28 @@ async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str
                 await running.cancel()
                 error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
                 interrupted = {"status": "interrupted", "finished_at": now(), "error": error}
-                if not await state.store.finish(run.id, owner, interrupted, await journal.take_pending()):
+                last_events = await journal.take_pending()
+                end = ending(run, interrupted, journal.seq)
+                if not await state.store.finish(run.id, owner, interrupted, last_events, end):
                     log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
             else:
-                claimed = await _end(state, run, owner, values, await journal.take_pending())
+                claimed = await _end(state, run, owner, values, journal)
     return claimed
 
 
+def ending(run: Run, values: dict[str, Any], last_seq: int) -> RunEnd:
+    """The run as its end stores it (what a reader of the run would read back), for the readers' wake-up."""
+    return RunEnd(last_seq, run.model_copy(update={**values, "lease_expires_at": None}).model_dump_json())
+
+
 async def _end(
-    state: DispatchState, run: Run, owner: str, values: dict[str, Any], last_events: list[Observation]
+    state: DispatchState, run: Run, owner: str, values: dict[str, Any], journal: SqlJournal
 ) -> tuple[Run, bool] | None:
     now = state.runtime.now()
-    stored, claimed = await state.store.finish_and_claim(run.id, owner, values, last_events, now, now + state.lease)
+    last_events = await journal.take_pending()
+    stored, claimed = await state.store.finish_and_claim(
+        run.id, owner, values, last_events, now, now + state.lease, ending(run, values, journal.seq)
+    )
     if not stored:
         log.warning("run %s was taken from worker %s; its outcome is not stored", run.id, owner)
     return claimed
