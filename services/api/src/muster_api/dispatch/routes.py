@@ -135,7 +135,7 @@ async def run_events(
     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,12}$")] = None,
 ) -> StreamingResponse:
     state = _state(request)
-    await _run(state, run_id)
+    run = await _run(state, run_id)
     if format == "jsonl":
         return StreamingResponse(
             jsonl_lines(state, run_id),
@@ -143,7 +143,7 @@ async def run_events(
             headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
         )
     return StreamingResponse(
-        sse_stream(state, run_id, int(last_event_id or 0)),
+        sse_stream(state, run, int(last_event_id or 0)),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
