@@ -53,29 +53,29 @@ def idle_wait(state: DispatchState) -> float:
 
 
 async def work_forever(state: DispatchState, owner: str) -> None:
-    claimed: tuple[Run, bool] | None = None
-    while True:
-        try:
-            if claimed is None:
-                claimed = await _claim_or_wait(state, owner)
-            else:  # the end of a run claims the next one
+    # Subscribed for the worker's whole life: a run queued while it executes, or right after the end of a run found
+    # nothing queued, leaves a wake-up waiting for it.
+    async with state.notifier.subscribe(NEW_RUN) as queued:
+        claimed: tuple[Run, bool] | None = None
+        look = True
+        while True:
+            try:
+                if claimed is None and look:
+                    now = state.runtime.now()
+                    with shielded():
+                        claimed = await state.store.claim(owner, now, now + state.lease)
+                if claimed is None:
+                    with anyio.move_on_after(idle_wait(state)):
+                        await queued.wait()
+                    look = True
+                    continue
+                # The end of a run claims the next one; when it found none, wait for a wake-up before looking again.
                 claimed = await execute(state, *claimed, owner)
-        except Exception:  # a database hiccup must not end the worker: the next claim retries
-            claimed = None
-            log.exception("dispatch worker %s failed; retrying", owner)
-            await anyio.sleep(idle_wait(state))
-
-
-async def _claim_or_wait(state: DispatchState, owner: str) -> tuple[Run, bool] | None:
-    """The oldest queued run, claimed; else None after waiting for one to be queued (or for the next look)."""
-    async with state.notifier.subscribe(NEW_RUN) as sub:
-        now = state.runtime.now()
-        with shielded():
-            claimed = await state.store.claim(owner, now, now + state.lease)
-        if claimed is None:
-            with anyio.move_on_after(idle_wait(state)):
-                await sub.wait()
-        return claimed
+                look = False
+            except Exception:  # a database hiccup must not end the worker: the next claim retries
+                claimed, look = None, True
+                log.exception("dispatch worker %s failed; retrying", owner)
+                await anyio.sleep(idle_wait(state))
 
 
 async def sweep_forever(state: DispatchState) -> None:
