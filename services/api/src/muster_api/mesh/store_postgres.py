@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 import anyio
-from sqlalchemy import bindparam, text
+from sqlalchemy import TextClause, bindparam, text
 
 from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values
 from muster_api.mesh.tables import agents, messages
@@ -57,22 +57,38 @@ SELECT b.last_seq{notify} FROM b
 """
 _LIVE_AT = bindparam("live_at", type_=agents.c.expires_at.type)
 _DELIVER = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :payload)")).bindparams(_SENT_AT, _LIVE_AT)
+# The wake-up carrying the message: its payload is completed with the recipient's sequence as the statement takes it.
+_DELIVER_HANDED = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :head || b.last_seq || :tail)")).bindparams(
+    _SENT_AT, _LIVE_AT
+)
 _DELIVER_QUIET = text(_DELIVER_SQL.format(notify="")).bindparams(_SENT_AT, _LIVE_AT)
 
 
 class PostgresMeshTx(SqlMeshTx):
     async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
-        notifier = self._store.notifier
-        channel, payload = notifier.payload([to]) if notifier is not None else (None, None)
-        params = {**message_values(message), "to": to, "live_at": live_at, "channel": channel, "payload": payload}
-        if channel is None:
-            del params["channel"], params["payload"]
-        row = (await self._conn.execute(_DELIVER if channel is not None else _DELIVER_QUIET, params)).first()
+        stmt, wake = self._deliver_statement(message, to)
+        row = (
+            await self._conn.execute(stmt, {**message_values(message), "to": to, "live_at": live_at, **wake})
+        ).first()
         if row is None:
             return {}
-        if channel is None:
+        if not wake:
             await self._store.on_stored(self._conn, [to])
         return {to: int(row.last_seq)}
+
+    def _deliver_statement(self, message: MessageRecord, to: str) -> tuple[TextClause, dict[str, str]]:
+        """The deliver statement and its wake-up's parameters: the message in the payload when it fits (the other
+        instances answer their waiting reader from it), else the recipient only; no wake-up without a notifier."""
+        notifier = self._store.notifier
+        if notifier is None:
+            return _DELIVER_QUIET, {}
+        around = notifier.payload_around_seq(to, message)
+        if around is not None:
+            channel, head, tail = around
+            return _DELIVER_HANDED, {"channel": channel, "head": head, "tail": tail}
+        named, payload = notifier.payload([to])
+        assert named is not None and payload is not None  # one recipient: always one notification
+        return _DELIVER, {"channel": named, "payload": payload}
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
