@@ -576,6 +576,12 @@ class SqlMeshStore:
         """No one-step read in the portable core: the mesh reads in a transaction."""
         return None
 
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        """No one-step send in the portable core: the mesh sends in a transaction."""
+        return None
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
         async with self.engine.begin() as conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 import anyio
 from sqlalchemy import TextClause, bindparam, text
@@ -129,8 +130,80 @@ ORDER BY e.seq
 """
 
 
+# $1 the sender, $2 its token hash, $3 now (sent_at), $4 its new expiry, $5 the TTL that expiry was computed for, $6
+# the recipient, $7 message_id, $8 body, $9 thread_id, $10 the wake-up's channel (NULL: none), $11 and $12 its payload
+# before and after the recipient's sequence. Both rows are locked first, in agent_id order (as every writer of two
+# agent rows locks them), and the conditions are checked on the locked rows: when one fails, nothing is written and
+# the caller takes the transaction that says why. The sender's renewal and the recipient's sequence then update rows
+# this statement already holds.
+_RENEW_AND_DELIVER = """
+WITH l AS MATERIALIZED (
+    SELECT agent_id, token_hash, ttl_seconds, expires_at FROM mesh_agents
+    WHERE agent_id = $1 OR agent_id = $6
+    ORDER BY agent_id
+    FOR UPDATE
+), ok AS MATERIALIZED (
+    SELECT count(*) = 2 AS go FROM l
+    WHERE (agent_id = $1 AND token_hash = $2 AND ttl_seconds = $5 AND expires_at > $3)
+       OR (agent_id = $6 AND expires_at > $3)
+), s AS (
+    UPDATE mesh_agents SET last_seen_at = $3, expires_at = $4
+    WHERE agent_id = $1 AND (SELECT go FROM ok)
+    RETURNING agent_id
+), b AS (
+    UPDATE mesh_agents SET last_seq = last_seq + 1
+    WHERE agent_id = $6 AND (SELECT go FROM ok)
+    RETURNING agent_id, last_seq
+), m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    SELECT $7::text, $1, $8::text, $9::text, $3 FROM b
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
+    RETURNING 1
+)
+SELECT b.last_seq, CASE WHEN $10::text IS NOT NULL THEN pg_notify($10, $11::text || b.last_seq || $12::text) END AS woke
+FROM b, s
+"""
+
+
 class PostgresMeshStore(SqlMeshStore):
     tx_class = PostgresMeshTx
+
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        # The sender from the token's agent_id and TTL seen before (the statement re-checks both); a message to
+        # oneself, or one too large to ride its wake-up, takes the transaction.
+        sender, ttl = self.token_ids.get(token_hash), self.ttl_hints.get(token_hash)
+        if sender is None or ttl is None or sender == to:
+            return None
+        message = MessageRecord(message_id, sender, body, thread_id, now)
+        wake: tuple[str | None, str | None, str | None] = (None, None, None)
+        if self.notifier is not None:
+            around = self.notifier.payload_around_seq(to, message)
+            if around is None:
+                return None
+            wake = around
+        expires_at = now + timedelta(seconds=ttl)
+        args = (sender, token_hash, now, expires_at, ttl, to, message_id, body, thread_id, *wake)
+        rows = await self._driver_fetch(_RENEW_AND_DELIVER, *args)
+        return InboxEntry(seq=rows[0]["last_seq"], message=message) if rows else None
+
+    async def _driver_fetch(self, sql: str, *args: object) -> list[Any]:
+        """One autocommit statement on the asyncpg connection under a pooled one (no SQLAlchemy statement or result
+        processing)."""
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            try:
+                return list(await driver.fetch(sql, *args))
+            except BaseException:
+                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
+                with anyio.CancelScope(shield=True):
+                    await conn.invalidate()
+                raise
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int
@@ -140,18 +213,9 @@ class PostgresMeshStore(SqlMeshStore):
         ttl = self.ttl_hints.get(token_hash)
         if ttl is None:
             return None
-        async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            try:
-                rows = await driver.fetch(
-                    _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
-                )
-            except BaseException:
-                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
-                with anyio.CancelScope(shield=True):
-                    await conn.invalidate()
-                raise
+        rows = await self._driver_fetch(
+            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
+        )
         if not rows:
             return None
         entries = [
