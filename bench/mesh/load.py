@@ -144,7 +144,13 @@ async def read_forever(client: httpx.AsyncClient, reader: Agent, out: Outcome, s
     cursor: int | None = None
     while True:
         query = f"wait_seconds={WAIT_SECONDS}" + (f"&after={cursor}" if cursor is not None else "")
-        r = await client.get(f"/mesh/inbox?{query}", headers=headers)
+        try:
+            r = await client.get(f"/mesh/inbox?{query}", headers=headers)
+        except httpx.TransportError:
+            # A pooled keep-alive connection the server closed as it was reused: counted, and the read is repeated.
+            out.requests += 1
+            out.errors += 1
+            continue
         held = time.time()
         out.requests += 1
         if r.status_code != 200:
@@ -176,11 +182,15 @@ async def send_until(
     while time.monotonic() < until and (quota is None or n < quota):
         body = {address: rng.choice(targets), "body": f"{sender.agent_id} {n}", "confirm": True}
         started = time.perf_counter()
-        r = await client.post("/mesh/messages", json=body, headers=headers)
+        try:
+            r = await client.post("/mesh/messages", json=body, headers=headers)
+        except httpx.TransportError:
+            # Not repeated: the message may have been stored (it then counts as unexpected, not as lost).
+            r = None
         out.send_ms.append((time.perf_counter() - started) * 1000)
         out.requests += 1
         n += 1
-        if r.status_code != 200:
+        if r is None or r.status_code != 200:
             out.errors += 1
             continue
         answer = r.json()
