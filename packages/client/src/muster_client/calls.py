@@ -1,5 +1,5 @@
 """Every route of the service as a ``Call``: what to send and how to read the answer, written once for the
-synchronous and the asynchronous client (which only carry calls over their own httpx client)."""
+synchronous and the asynchronous client (which only carry calls over their own HTTP connections)."""
 
 from __future__ import annotations
 
