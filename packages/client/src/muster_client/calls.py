@@ -202,26 +202,46 @@ def a2a_reload() -> Call[A2AAgents]:
     return Call("POST", "/a2a/reload", model(A2AAgents))
 
 
-def _a2a_body(task: str, wait: bool, task_id: str | None, context_id: str | None) -> dict[str, Any]:
-    return {"task": task, "wait": wait, **given(task_id=task_id, context_id=context_id)}
+def _a2a_body(
+    task: str, wait: bool, task_id: str | None, context_id: str | None, continues: str | None
+) -> dict[str, Any]:
+    return {"task": task, "wait": wait, **given(task_id=task_id, context_id=context_id, continues=continues)}
 
 
-def a2a_call(tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> Call[A2ACallResult]:
-    """Waits for the remote task's end (or its interruption: input-required, auth-required). ``task_id`` and
-    ``context_id`` (from an input-required answer's metadata) continue that remote task: ``task`` answers it."""
+def a2a_call(
+    tool: str,
+    task: str,
+    *,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    continues: str | None = None,
+) -> Call[A2ACallResult]:
+    """Waits for the remote task's end (or its interruption: input-required, auth-required). ``continues`` (an
+    input-required answer's ``call_id``), or ``task_id`` and ``context_id`` (its metadata), continue that remote
+    task: ``task`` answers it. With ``continues`` the answered call's record learns how the task went on."""
     return Call(
         "POST",
         f"/a2a/tools/{segment(tool)}/call",
         model(A2ACallResult),
-        body=_a2a_body(task, True, task_id, context_id),
+        body=_a2a_body(task, True, task_id, context_id, continues),
         hold=None,
     )
 
 
-def a2a_start(tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> Call[A2ACall]:
+def a2a_start(
+    tool: str,
+    task: str,
+    *,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    continues: str | None = None,
+) -> Call[A2ACall]:
     """Answers the stored call at once (202); the service follows it: read it with ``a2a_get_call``."""
     return Call(
-        "POST", f"/a2a/tools/{segment(tool)}/call", model(A2ACall), body=_a2a_body(task, False, task_id, context_id)
+        "POST",
+        f"/a2a/tools/{segment(tool)}/call",
+        model(A2ACall),
+        body=_a2a_body(task, False, task_id, context_id, continues),
     )
 
 
