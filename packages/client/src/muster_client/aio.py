@@ -19,6 +19,7 @@ from muster_client.models import (
     AckResult,
     AgentList,
     AgentView,
+    BacklogPage,
     CheckinPreview,
     CheckinRecord,
     CheckoutPreview,
@@ -130,6 +131,21 @@ class AsyncMusterClient(ClientCore):
     ) -> AgentList:
         return await self.call(
             calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
+        )
+
+    async def backlog(
+        self,
+        *,
+        repo: str | None = None,
+        role: str | None = None,
+        cap: str | None = None,
+        include_expired: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BacklogPage:
+        """Unread counts per agent, for people watching the mesh (no token asked, no lease renewed)."""
+        return await self.call(
+            calls.backlog(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
         )
 
     async def agent(self, agent_id: str) -> AgentView:

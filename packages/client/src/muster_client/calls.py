@@ -19,6 +19,7 @@ from muster_client.models import (
     AckResult,
     AgentList,
     AgentView,
+    BacklogPage,
     CheckinPreview,
     CheckinRecord,
     CheckoutPreview,
@@ -132,6 +133,21 @@ def agents(
     if include_expired:
         params["include_expired"] = "true"
     return Call("GET", "/mesh/agents", model(AgentList), params=params, as_agent=True)
+
+
+def backlog(
+    *,
+    repo: str | None,
+    role: str | None,
+    cap: str | None,
+    include_expired: bool,
+    limit: int | None,
+    cursor: str | None,
+) -> Call[BacklogPage]:
+    params = given(repo=repo, role=role, cap=cap, limit=limit, cursor=cursor)
+    if include_expired:
+        params["include_expired"] = "true"
+    return Call("GET", "/mesh/backlog", model(BacklogPage), params=params)
 
 
 def agent(agent_id: str) -> Call[AgentView]:
