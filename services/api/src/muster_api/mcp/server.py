@@ -123,8 +123,11 @@ async def serve(settings: McpSettings) -> None:
 
 def main(settings: McpSettings | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="muster mcp: %(levelname)s %(message)s")
-    # uvloop where it is installed (uvicorn[standard] brings it; the service runs on it too): every tool call is a
-    # pipe read, a socket write and read, and a pipe write, and its loop does them in C.
-    uvloop = importlib.util.find_spec("uvloop") is not None
-    anyio.run(serve, settings or McpSettings(), backend_options={"use_uvloop": uvloop})
+    anyio.run(serve, settings or McpSettings(), backend_options=loop_options())
     return 0
+
+
+def loop_options() -> dict[str, Any]:
+    """uvloop where it is installed (uvicorn[standard] brings it; the service runs on it too): every tool call is a
+    pipe read, a socket write and read, and a pipe write, and its loop does them in C."""
+    return {"use_uvloop": importlib.util.find_spec("uvloop") is not None}
