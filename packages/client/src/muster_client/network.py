@@ -3,8 +3,8 @@ arguments of httpcore's interface).
 
 httpcore's default network on asyncio goes through anyio (a cancel scope around every read and write) and sends a
 request's head and body in two system calls. Here the reads and writes are asyncio's (a timeout only where a wait
-can happen) and what httpcore writes is held until it reads the answer, so a request leaves in one ``send``. On any
-other event loop (trio) httpcore's anyio network is used.
+can happen) and what httpcore writes is held until it reads the answer, so a request leaves in one ``send``. The
+asynchronous client therefore runs on asyncio's event loop (uvloop's included).
 """
 
 from __future__ import annotations
@@ -91,11 +91,6 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
 
 
 class AsyncioNetwork(httpcore.AsyncNetworkBackend):
-    """asyncio's streams when the running loop is asyncio's; httpcore's anyio network otherwise."""
-
-    def __init__(self) -> None:
-        self._other = httpcore.AnyIOBackend()
-
     async def connect_tcp(
         self,
         host: str,
@@ -104,8 +99,6 @@ class AsyncioNetwork(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        if not _on_asyncio():
-            return await self._other.connect_tcp(host, port, timeout, local_address, socket_options)
         local = (local_address, 0) if local_address else None
         try:
             async with asyncio.timeout(timeout):
@@ -119,21 +112,5 @@ class AsyncioNetwork(httpcore.AsyncNetworkBackend):
             sock.setsockopt(*option)
         return AsyncioStream(reader, writer)
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,  # noqa: ASYNC109
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return await self._other.connect_unix_socket(path, timeout, socket_options)
-
     async def sleep(self, seconds: float) -> None:
-        await (asyncio.sleep(seconds) if _on_asyncio() else self._other.sleep(seconds))
-
-
-def _on_asyncio() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+        await asyncio.sleep(seconds)
