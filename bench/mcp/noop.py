@@ -2,8 +2,8 @@
 mcp SDK over stdio (the client SDK, the pipe, the server SDK) before the tool does any work.
 
 It is served as ``muster mcp`` is (the SDK's low-level server, no per-message tracing middleware, the same stdio
-transport), so the difference between a Muster tool and this one is Muster's own work: the HTTP call to the service
-and the answer in words.
+transport, the same event loop), so the difference between a Muster tool and this one is Muster's own work: the
+HTTP call to the service and the answer in words.
 
 Run by bench/mcp/run.py: python bench/mcp/noop.py
 """
@@ -17,6 +17,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
+from muster_api.mcp.server import loop_options
 from muster_api.mcp.stdio import stdio_streams
 
 NOOP = types.Tool(name="noop", description="Does nothing.", input_schema={"type": "object", "properties": {}})
@@ -40,4 +41,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    anyio.run(main, backend_options=loop_options())

@@ -135,11 +135,12 @@ def free_socket() -> socket.socket:
 
 
 @asynccontextmanager
-async def serve_asgi(app: Any, sock: socket.socket | None = None) -> AsyncIterator[str]:
-    """Run ``app`` with uvicorn on a loopback port; yields ``http://127.0.0.1:<port>``."""
+async def serve_asgi(app: Any, sock: socket.socket | None = None, **options: Any) -> AsyncIterator[str]:
+    """Run ``app`` with uvicorn on a loopback port; yields ``http://127.0.0.1:<port>`` (``https`` when ``options``
+    name a certificate, ``ssl_certfile``: uvicorn's own options)."""
     sock = sock or free_socket()
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, **options)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -147,7 +148,7 @@ async def serve_asgi(app: Any, sock: socket.socket | None = None) -> AsyncIterat
             if task.done():
                 task.result()
             await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if options.get('ssl_certfile') else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await task

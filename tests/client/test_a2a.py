@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from muster_client import A2ACall, AsyncMusterClient
+from muster_client import A2ACall, AsyncMusterClient, Conflict, InvalidRequest, NotFound
 from tests.a2a.peers import Peer, a2a_peer
 from tests.client.support import API_KEY, live_service_in_thread
 from tests.mesh.support import ServerProcess
@@ -48,6 +48,22 @@ async def test_agents_and_calls(service: ServerProcess) -> None:
         task_id, context_id = asking.metadata["task_id"], asking.metadata["context_id"]
         answered = await client.a2a_call("Alpha_echo", "main", task_id=task_id, context_id=context_id)
         assert (answered.text, answered.state, answered.metadata["task_id"]) == ("got main", "completed", task_id)
+
+        # Answered by its call id: the asking call's record then says how its task went on, and takes no second answer.
+        asking = await client.a2a_call("Alpha_echo", "input which remote?")
+        answered = await client.a2a_call("Alpha_echo", "origin", continues=asking.call_id)
+        assert (answered.text, answered.metadata["task_id"]) == ("got origin", asking.metadata["task_id"])
+        asked = await client.a2a_get_call(asking.call_id)
+        assert asked.state == "completed" and asked.result is not None
+        assert asked.result.metadata["continued_by"] == answered.call_id and asked.result.text == asking.text
+        with pytest.raises(Conflict) as twice:
+            await client.a2a_call("Alpha_echo", "again", continues=asking.call_id)
+        assert twice.value.code == "not_continuable" and "its task is completed" in twice.value.detail
+        with pytest.raises(NotFound):
+            await client.a2a_call("Alpha_echo", "x", continues="0123abcd")
+        with pytest.raises(InvalidRequest) as both:
+            await client.a2a_call("Alpha_echo", "x", continues=asking.call_id, task_id=task_id)
+        assert [e["field"] for e in both.value.errors] == ["continues"]
         again = await client.a2a_call("Alpha_echo", "input which tag?")
         following = await client.a2a_start(
             "Alpha_echo", "v2", task_id=again.metadata["task_id"], context_id=again.metadata["context_id"]

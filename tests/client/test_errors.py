@@ -9,6 +9,7 @@ import pytest
 
 from muster_client import (
     ApiError,
+    AsyncMusterClient,
     CheckinRecord,
     Conflict,
     InvalidRequest,
@@ -16,6 +17,7 @@ from muster_client import (
     MusterClientError,
     NotFound,
     PayloadTooLarge,
+    SendResult,
     ServiceUnreachable,
     TooManyRequests,
     Unauthorized,
@@ -25,7 +27,7 @@ from tests.mesh.support import ServerProcess
 from tests.support.net import free_port
 
 # Slow: a live service process.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 FANOUT_PER_MINUTE = 2
 
@@ -80,6 +82,49 @@ def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> No
     with MusterClient(service.base_url) as keyless, pytest.raises(Unauthorized) as guarded:
         keyless.agents()
     assert "X-API-Key" in guarded.value.detail
+
+
+async def test_problems_raise_with_their_code_async(service: ServerProcess, name: str) -> None:
+    """The asynchronous client reads answers through its own HTTP path (``exchange``): the same errors."""
+    async with AsyncMusterClient(service.base_url, api_key=API_KEY) as client:
+        with pytest.raises(Unauthorized) as no_token:
+            await client.inbox()
+        assert (no_token.value.status, no_token.value.code) == (401, "token_required")
+
+        with pytest.raises(InvalidRequest) as bad:
+            await client.checkin(f"{name}-a", ttl_seconds=5, confirm=True)
+        assert [e["field"] for e in bad.value.errors] == ["ttl_seconds"] and "ttl_seconds" in bad.value.detail
+
+        await client.checkin(f"{name}-a", confirm=True)
+        with pytest.raises(NotFound) as nobody:
+            await client.send("hello", to=f"{name}-nobody", confirm=True)
+        assert nobody.value.code == "recipient_not_found" and f"{name}-nobody" in nobody.value.detail
+
+        first = await client.send("once", to=f"{name}-a", confirm=True, idempotency_key=f"{name}-k")
+        again = await client.send("once", to=f"{name}-a", confirm=True, idempotency_key=f"{name}-k")
+        assert isinstance(first, SendResult) and not first.replayed
+        assert isinstance(again, SendResult) and again.replayed and again.message_id == first.message_id
+
+        for _ in range(FANOUT_PER_MINUTE):
+            await client.send("all hands", repo=f"{name}-nowhere", confirm=True)
+        with pytest.raises(TooManyRequests) as limited:
+            await client.send("all hands", repo=f"{name}-nowhere", confirm=True)
+        assert limited.value.code == "rate_limited" and limited.value.retry_after and limited.value.retry_after >= 1
+
+    async with AsyncMusterClient(service.base_url) as keyless:
+        with pytest.raises(Unauthorized) as guarded:
+            await keyless.agents()
+    assert "X-API-Key" in guarded.value.detail
+
+
+async def test_a_service_that_is_not_there_async() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    async with AsyncMusterClient(url, timeout=5) as client:
+        with pytest.raises(ServiceUnreachable) as down:
+            await client.agents()
+        with pytest.raises(ServiceUnreachable):
+            await anext(client.stream_inbox())
+    assert down.value.url == url and "ConnectError" in down.value.reason
 
 
 def test_a_service_that_is_not_there() -> None:

@@ -57,12 +57,15 @@ def test_mesh_round_trip(service: ServerProcess, name: str, monkeypatch: pytest.
         again = builder.send("PR #12 is ready", role=reviewers, thread_id="pr-12", confirm=True, idempotency_key=name)
         assert isinstance(again, SendResult) and again.replayed and again.message_id == first.message_id
 
+        unread = builder.backlog(role=reviewers)
+        assert [(b.agent_id, b.unread) for b in unread.agents] == [(qa, 1)] and unread.total == 1
         page = reviewer.inbox()
         [message] = page.messages
         assert isinstance(message, InboxMessage)
         assert (message.sender, message.body, message.thread_id) == (me, "PR #12 is ready", "pr-12")
         acked = reviewer.ack(page.next_cursor, confirm=True)
         assert isinstance(acked, AckResult) and acked.unread == 0
+        assert [b.unread for b in builder.backlog(role=reviewers).agents] == [0]
 
         # The synchronous stream: what is stored, as it is read (closing the iterator ends the request).
         builder.send("one", to=qa, confirm=True)

@@ -1,5 +1,7 @@
 """A recording HTTP proxy on loopback: forwards every request to the service (streaming answers through, SSE
-included) and keeps what it was sent, so a test can say what the service received."""
+included) and keeps what it was sent, so a test can say what the service received. Given a target it stands in for
+the service (a reverse proxy); without one it is a forward proxy (``HTTP_PROXY``) that sends each request to the
+host the request names."""
 
 from __future__ import annotations
 
@@ -25,8 +27,10 @@ class Recording:
 
 
 @asynccontextmanager
-async def recording_proxy(target: str) -> AsyncIterator[Recording]:
-    async with httpx.AsyncClient(base_url=target, timeout=httpx.Timeout(30, read=None)) as upstream:
+async def recording_proxy(target: str | None = None, **options: Any) -> AsyncIterator[Recording]:
+    """``options``: uvicorn's (``ssl_certfile``, ``ssl_keyfile``: the proxy answers https)."""
+    timeout = httpx.Timeout(30, read=None)
+    async with httpx.AsyncClient(base_url=target or "", timeout=timeout, trust_env=False) as upstream:
         recording = Recording(base="")
 
         async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -39,13 +43,18 @@ async def recording_proxy(target: str) -> AsyncIterator[Recording]:
                 if not message.get("more_body", False):
                     break
             headers = [(k, v) for k, v in scope["headers"] if k.lower() not in HOP_BY_HOP]
+            host = dict(scope["headers"]).get(b"host", b"").decode()
+            origin = "" if target else f"http://{host}"
             query = scope["query_string"].decode()
             recording.requests.append(
-                f"{scope['method']} {scope['path']}?{query} {[(k.decode(), v.decode()) for k, v in headers]} "
+                f"{scope['method']} {origin}{scope['path']}?{query} {[(k.decode(), v.decode()) for k, v in headers]} "
                 f"{body.decode(errors='replace')}"
             )
             request = upstream.build_request(
-                scope["method"], f"{scope['path']}?{query}" if query else scope["path"], headers=headers, content=body
+                scope["method"],
+                f"{origin}{scope['path']}?{query}" if query else f"{origin}{scope['path']}",
+                headers=headers,
+                content=body,
             )
             response = await upstream.send(request, stream=True)
             try:
@@ -57,6 +66,6 @@ async def recording_proxy(target: str) -> AsyncIterator[Recording]:
             finally:
                 await response.aclose()
 
-        async with serve_asgi(app) as base:
+        async with serve_asgi(app, **options) as base:
             recording.base = base
             yield recording

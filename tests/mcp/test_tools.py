@@ -193,8 +193,14 @@ async def test_remote_a2a_agent_as_a_tool(service: ServerProcess, tmp_path: Path
         assert prefix is not None, asking
         # The answer goes to the same remote task: the peer completes an input-required task with "got <answer>".
         assert await call(agent, "Alpha_echo", task=f"{prefix.group()} main") == "got main"
+        call_id = prefix.group()[len("[continue ") : -1]
+        with MusterClient(service.base_url, api_key=API_KEY) as client:
+            asked = client.a2a_get_call(call_id)
+            assert asked.result is not None and asked.state == "completed", "the asking call shows where its task went"
+            answered = client.a2a_get_call(asked.result.metadata["continued_by"])
+        assert (answered.task, answered.task_id, answered.state) == ("main", asked.task_id, "completed")
         finished = await fail(agent, "Alpha_echo", task=f"{prefix.group()} main")
-        assert "is in terminal state" in finished, "the remote task took its answer already"
+        assert "its task is completed" in finished and "drop the prefix" in finished, "the task took its answer already"
         assert "no call 0123abcd is stored" in await fail(agent, "Alpha_echo", task="[continue 0123abcd] main")
         assert "is empty" in await fail(agent, "Alpha_echo", task=f"{prefix.group()}  ")
         assert await call(agent, "Alpha_echo", task="main") == "main", "without the prefix: a new task"

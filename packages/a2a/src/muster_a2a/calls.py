@@ -19,7 +19,7 @@ from typing import Protocol
 import anyio
 
 from muster_a2a.agent import OnProgress, Progress, RemoteAgent, Tool
-from muster_a2a.errors import UnknownCallError
+from muster_a2a.errors import NotContinuableError, UnknownCallError
 from muster_a2a.models import CallRecord, ToolResult
 
 DEFAULT_LEASE = timedelta(seconds=30)
@@ -190,6 +190,28 @@ class CallTracker:
             record.task, task_id=task_id, context_id=context_id, on_progress=self._progress(record)
         )
         return await self._finish(record, result)
+
+    @staticmethod
+    def check_continuable(earlier: CallRecord, tool: Tool) -> None:
+        """``earlier`` may take an answer through ``tool``: a call of that tool whose task asks for input."""
+        if earlier.tool != tool.name or earlier.state != "input-required" or earlier.task_id is None:
+            raise NotContinuableError(earlier.id, tool.name, earlier.state)
+
+    async def answer(self, record: CallRecord, tool: Tool, earlier: CallRecord) -> CallRecord:
+        """Send ``record``'s task as the answer to ``earlier`` (an input-required call, ``check_continuable``) on
+        the same remote task and follow it. ``earlier`` is ``continued`` while the answer runs and then takes the
+        state the task reached; its result's metadata names the answering call (``continued_by``)."""
+        await self._continued(earlier, "continued", record.id)
+        done = await self.run(record, tool, task_id=earlier.task_id, context_id=earlier.context_id)
+        await self._continued(earlier, done.state, record.id)
+        return done
+
+    async def _continued(self, earlier: CallRecord, state: str, by: str) -> None:
+        earlier.state = state
+        if earlier.result is not None:
+            earlier.result.metadata["continued_by"] = by
+        earlier.updated_at = self.now()
+        await self._save(earlier)
 
     async def call(
         self, tool: Tool, task: str, *, task_id: str | None = None, context_id: str | None = None

@@ -14,6 +14,7 @@ MusterA2AError
 │   └── InsecureURLError          plain http to a non-loopback host without ``allow_http``
 ├── UnknownToolError          no tool of that name is loaded
 ├── UnknownCallError          no stored call with that id
+├── NotContinuableError       the call named to be answered is not an input-required call of that tool
 └── CallTakenOverError        another instance took over the call this one was following (its lease had lapsed)
 """
 
@@ -79,6 +80,18 @@ class UnknownCallError(MusterA2AError):
     def __init__(self, call_id: str) -> None:
         super().__init__(f"no A2A call with id {call_id!r}")
         self.call_id = call_id
+
+
+class NotContinuableError(MusterA2AError):
+    """The call named to be answered is of another tool, or its task is not waiting for input."""
+
+    def __init__(self, call_id: str, tool: str, state: str) -> None:
+        super().__init__(
+            f"A2A call {call_id!r} is not an input-required call of {tool} (its task is {state}): only a task that "
+            "asks for input takes an answer"
+        )
+        self.call_id = call_id
+        self.problem_extra = {"code": "not_continuable", "call_id": call_id, "state": state}
 
 
 class CallTakenOverError(MusterA2AError):

@@ -1,4 +1,5 @@
-"""``AsyncMusterClient``: the asynchronous client (one httpx.AsyncClient; ``async with``, or ``aclose()``)."""
+"""``AsyncMusterClient``: the asynchronous client (one pool of connections, ``exchange.Exchange``; ``async with``, or
+``aclose()``)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx
-
 from muster_client import calls, config
 from muster_client.calls import Call
 from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
+from muster_client.exchange import TRANSPORT_ERRORS, Exchange, Timeouts, answer, json_body, lines, query
 from muster_client.models import (
     A2AAgents,
     A2ACall,
@@ -19,6 +19,7 @@ from muster_client.models import (
     AckResult,
     AgentList,
     AgentView,
+    BacklogPage,
     CheckinPreview,
     CheckinRecord,
     CheckoutPreview,
@@ -48,10 +49,9 @@ class AsyncMusterClient(ClientCore):
         api_key: str | None = None,
         token: str | None = None,
         timeout: float = config.DEFAULT_TIMEOUT,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(url, api_key=api_key, token=token, timeout=timeout)
-        self._http = httpx.AsyncClient(base_url=self.url, transport=transport)
+        self._http = Exchange(self.url)
 
     async def __aenter__(self) -> AsyncMusterClient:
         return self
@@ -65,18 +65,25 @@ class AsyncMusterClient(ClientCore):
         await self._http.aclose()
 
     async def call(self, call: Call[T]) -> T:
+        headers = self.headers(call)
+        body = None
+        if call.body is not None:
+            body = json_body(call.body)
+            headers["Content-Type"] = "application/json"
         try:
             response = await self._http.request(
                 call.method,
-                call.path,
-                params=call.params,
-                json=call.body,
-                headers=self.headers(call),
-                timeout=self.timeout_for(call),
+                call.path + query(call.params),
+                wire(headers),
+                body,
+                self._timeouts(self.read_timeout(call)),
             )
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self.unreachable(exc) from exc
         return self.finish(call, response)
+
+    def _timeouts(self, read: float | None) -> Timeouts:
+        return {"connect": self.timeout, "read": read, "write": self.timeout, "pool": self.timeout}
 
     async def ready(self) -> Ready:
         return await self.call(calls.ready())
@@ -124,6 +131,21 @@ class AsyncMusterClient(ClientCore):
     ) -> AgentList:
         return await self.call(
             calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
+        )
+
+    async def backlog(
+        self,
+        *,
+        repo: str | None = None,
+        role: str | None = None,
+        cap: str | None = None,
+        include_expired: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BacklogPage:
+        """Unread counts per agent, for people watching the mesh (no token asked, no lease renewed)."""
+        return await self.call(
+            calls.backlog(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
         )
 
     async def agent(self, agent_id: str) -> AgentView:
@@ -180,18 +202,15 @@ class AsyncMusterClient(ClientCore):
         self, path: str, params: dict[str, Any] | None, headers: dict[str, str]
     ) -> AsyncIterator[ServerEvent]:
         try:
-            async with self._http.stream(
-                "GET", path, params=params, headers=headers, timeout=httpx.Timeout(self.timeout, read=None)
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise_for_problem(response)
+            async with self._http.stream(path + query(params), wire(headers), self._timeouts(None)) as response:
+                if response.status >= 400:
+                    raise_for_problem(answer(response, await response.aread()))
                 parser = EventParser()
-                async for line in response.aiter_lines():
+                async for line in lines(response):
                     event = parser.feed(line)
                     if event is not None:
                         yield event
-        except httpx.TransportError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self.unreachable(exc) from exc
 
     # ------------------------------------------------------------ A2A
@@ -203,16 +222,29 @@ class AsyncMusterClient(ClientCore):
         return await self.call(calls.a2a_reload())
 
     async def a2a_call(
-        self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+        self,
+        tool: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
     ) -> A2ACallResult:
         """Call a remote agent's tool and wait for the end of its task (or its input-required/auth-required).
-        ``task_id``/``context_id`` (an input-required answer's metadata) continue that remote task with ``task``."""
-        return await self.call(calls.a2a_call(tool, task, task_id=task_id, context_id=context_id))
+        ``continues`` (an input-required answer's ``call_id``), or ``task_id``/``context_id`` (its metadata),
+        continue that remote task with ``task``."""
+        return await self.call(calls.a2a_call(tool, task, task_id=task_id, context_id=context_id, continues=continues))
 
     async def a2a_start(
-        self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+        self,
+        tool: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
     ) -> A2ACall:
-        return await self.call(calls.a2a_start(tool, task, task_id=task_id, context_id=context_id))
+        return await self.call(calls.a2a_start(tool, task, task_id=task_id, context_id=context_id, continues=continues))
 
     async def a2a_get_call(self, call_id: str) -> A2ACall:
         return await self.call(calls.a2a_get_call(call_id))
@@ -281,6 +313,16 @@ class AsyncMusterClient(ClientCore):
             if finished is not None:
                 return finished
         return await self.run(run_id)
+
+
+def wire(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """The request's headers as sent, with httpx's defaults for Accept and User-Agent (httpcore adds Host and
+    Content-Length)."""
+    sent = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
+    if "Accept" not in headers:
+        sent.append((b"Accept", b"*/*"))
+    sent.append((b"User-Agent", b"muster-client"))
+    return sent
 
 
 __all__ = ["AsyncMusterClient"]

@@ -1,5 +1,5 @@
 """Every route of the service as a ``Call``: what to send and how to read the answer, written once for the
-synchronous and the asynchronous client (which only carry calls over their own httpx client)."""
+synchronous and the asynchronous client (which only carry calls over their own HTTP connections)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from muster_client.models import (
     AckResult,
     AgentList,
     AgentView,
+    BacklogPage,
     CheckinPreview,
     CheckinRecord,
     CheckoutPreview,
@@ -134,6 +135,21 @@ def agents(
     return Call("GET", "/mesh/agents", model(AgentList), params=params, as_agent=True)
 
 
+def backlog(
+    *,
+    repo: str | None,
+    role: str | None,
+    cap: str | None,
+    include_expired: bool,
+    limit: int | None,
+    cursor: str | None,
+) -> Call[BacklogPage]:
+    params = given(repo=repo, role=role, cap=cap, limit=limit, cursor=cursor)
+    if include_expired:
+        params["include_expired"] = "true"
+    return Call("GET", "/mesh/backlog", model(BacklogPage), params=params)
+
+
 def agent(agent_id: str) -> Call[AgentView]:
     return Call("GET", f"/mesh/agents/{segment(agent_id)}", model(AgentView), as_agent=True)
 
@@ -202,26 +218,46 @@ def a2a_reload() -> Call[A2AAgents]:
     return Call("POST", "/a2a/reload", model(A2AAgents))
 
 
-def _a2a_body(task: str, wait: bool, task_id: str | None, context_id: str | None) -> dict[str, Any]:
-    return {"task": task, "wait": wait, **given(task_id=task_id, context_id=context_id)}
+def _a2a_body(
+    task: str, wait: bool, task_id: str | None, context_id: str | None, continues: str | None
+) -> dict[str, Any]:
+    return {"task": task, "wait": wait, **given(task_id=task_id, context_id=context_id, continues=continues)}
 
 
-def a2a_call(tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> Call[A2ACallResult]:
-    """Waits for the remote task's end (or its interruption: input-required, auth-required). ``task_id`` and
-    ``context_id`` (from an input-required answer's metadata) continue that remote task: ``task`` answers it."""
+def a2a_call(
+    tool: str,
+    task: str,
+    *,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    continues: str | None = None,
+) -> Call[A2ACallResult]:
+    """Waits for the remote task's end (or its interruption: input-required, auth-required). ``continues`` (an
+    input-required answer's ``call_id``), or ``task_id`` and ``context_id`` (its metadata), continue that remote
+    task: ``task`` answers it. With ``continues`` the answered call's record learns how the task went on."""
     return Call(
         "POST",
         f"/a2a/tools/{segment(tool)}/call",
         model(A2ACallResult),
-        body=_a2a_body(task, True, task_id, context_id),
+        body=_a2a_body(task, True, task_id, context_id, continues),
         hold=None,
     )
 
 
-def a2a_start(tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> Call[A2ACall]:
+def a2a_start(
+    tool: str,
+    task: str,
+    *,
+    task_id: str | None = None,
+    context_id: str | None = None,
+    continues: str | None = None,
+) -> Call[A2ACall]:
     """Answers the stored call at once (202); the service follows it: read it with ``a2a_get_call``."""
     return Call(
-        "POST", f"/a2a/tools/{segment(tool)}/call", model(A2ACall), body=_a2a_body(task, False, task_id, context_id)
+        "POST",
+        f"/a2a/tools/{segment(tool)}/call",
+        model(A2ACall),
+        body=_a2a_body(task, False, task_id, context_id, continues),
     )
 
 

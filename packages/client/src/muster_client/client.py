@@ -19,6 +19,7 @@ from muster_client.models import (
     AckResult,
     AgentList,
     AgentView,
+    BacklogPage,
     CheckinPreview,
     CheckinRecord,
     CheckoutPreview,
@@ -126,6 +127,21 @@ class MusterClient(ClientCore):
             calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
         )
 
+    def backlog(
+        self,
+        *,
+        repo: str | None = None,
+        role: str | None = None,
+        cap: str | None = None,
+        include_expired: bool = False,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> BacklogPage:
+        """Unread counts per agent, for people watching the mesh (no token asked, no lease renewed)."""
+        return self.call(
+            calls.backlog(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
+        )
+
     def agent(self, agent_id: str) -> AgentView:
         return self.call(calls.agent(agent_id))
 
@@ -199,14 +215,29 @@ class MusterClient(ClientCore):
         return self.call(calls.a2a_reload())
 
     def a2a_call(
-        self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+        self,
+        tool: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
     ) -> A2ACallResult:
         """Call a remote agent's tool and wait for the end of its task (or its input-required/auth-required).
-        ``task_id``/``context_id`` (an input-required answer's metadata) continue that remote task with ``task``."""
-        return self.call(calls.a2a_call(tool, task, task_id=task_id, context_id=context_id))
+        ``continues`` (an input-required answer's ``call_id``), or ``task_id``/``context_id`` (its metadata),
+        continue that remote task with ``task``."""
+        return self.call(calls.a2a_call(tool, task, task_id=task_id, context_id=context_id, continues=continues))
 
-    def a2a_start(self, tool: str, task: str, *, task_id: str | None = None, context_id: str | None = None) -> A2ACall:
-        return self.call(calls.a2a_start(tool, task, task_id=task_id, context_id=context_id))
+    def a2a_start(
+        self,
+        tool: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
+    ) -> A2ACall:
+        return self.call(calls.a2a_start(tool, task, task_id=task_id, context_id=context_id, continues=continues))
 
     def a2a_get_call(self, call_id: str) -> A2ACall:
         return self.call(calls.a2a_get_call(call_id))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
+import httpcore
 import httpx
 
 from muster_client import config
@@ -14,6 +16,22 @@ from muster_client.models import CheckinRecord, CheckoutResult, InboxMessage, Ru
 from muster_client.sse import ServerEvent
 
 T = TypeVar("T")
+
+
+class Response(Protocol):
+    """What is read of an answer: an ``httpx.Response`` (the synchronous client) or an ``exchange.Answer``."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def reason_phrase(self) -> str: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def content(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+
 
 SESSION_ENDED = frozenset({"unauthorized", "token_required", "invalid_token", "lease_expired", "superseded"})
 
@@ -50,9 +68,11 @@ class ClientCore:
             headers["Idempotency-Key"] = call.idempotency_key
         return headers
 
+    def read_timeout(self, call: Call[Any]) -> float | None:
+        return None if call.hold is None else self.timeout + call.hold
+
     def timeout_for(self, call: Call[Any]) -> httpx.Timeout:
-        read = None if call.hold is None else self.timeout + call.hold
-        return httpx.Timeout(self.timeout, read=read)
+        return httpx.Timeout(self.timeout, read=self.read_timeout(call))
 
     def stream_headers(self, last_event_id: int | None) -> dict[str, str]:
         headers = self.base_headers()
@@ -63,24 +83,24 @@ class ClientCore:
             headers["Last-Event-ID"] = str(last_event_id)
         return headers
 
-    def unreachable(self, exc: httpx.TransportError) -> ServiceUnreachable:
-        if isinstance(exc, httpx.TimeoutException):
+    def unreachable(self, exc: Exception) -> ServiceUnreachable:
+        if isinstance(exc, (httpx.TimeoutException, httpcore.TimeoutException, TimeoutError)):
             reason = f"no answer within the timeout ({type(exc).__name__})"
         else:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ServiceUnreachable(self.url, reason)
 
-    def finish(self, call: Call[T], response: httpx.Response) -> T:
+    def finish(self, call: Call[T], response: Response) -> T:
         """The answer as the call's model; a problem answer raised as its ``ApiError``."""
         raise_for_problem(response)
         try:
-            data = response.json()
+            data = json.loads(response.content)
         except ValueError as exc:
             raise UnexpectedAnswer(
                 f"{call.method} {call.path} answered {response.status_code} that is not JSON: {response.text[:200]!r}"
             ) from exc
         result = call.decode(data)
-        if response.headers.get("Idempotent-Replayed") == "true" and hasattr(result, "replayed"):
+        if response.headers.get("idempotent-replayed") == "true" and hasattr(result, "replayed"):
             result.replayed = True
         if isinstance(result, CheckinRecord) and result.token:
             self.token = result.token
@@ -89,7 +109,7 @@ class ClientCore:
         return result
 
 
-def raise_for_problem(response: httpx.Response) -> None:
+def raise_for_problem(response: Response) -> None:
     if response.status_code < 400:
         return
     body: dict[str, Any] = {}
@@ -104,7 +124,7 @@ def raise_for_problem(response: httpx.Response) -> None:
         response.status_code,
         body,
         fallback or f"HTTP {response.status_code}",
-        retry_after=_seconds(response.headers.get("Retry-After")),
+        retry_after=_seconds(response.headers.get("retry-after")),
     )
 
 

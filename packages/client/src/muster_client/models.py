@@ -57,6 +57,19 @@ class AgentList(Answer):
     next_cursor: str | None = None
 
 
+class Backlog(Answer):
+    agent_id: str
+    unread: int
+
+
+class BacklogPage(Answer):
+    """Unread counts per agent (never a body or a sender), in the directory's order and with its filters."""
+
+    agents: list[Backlog]
+    total: int = 0
+    next_cursor: str | None = None
+
+
 class SendPreview(Answer):
     preview: Literal[True] = True
     action: Literal["send"] = "send"

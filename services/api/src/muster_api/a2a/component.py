@@ -40,6 +40,7 @@ from muster_a2a import (
     CallRecord,
     CallTakenOverError,
     CallTracker,
+    Tool,
     ToolResult,
     load_agents,
 )
@@ -244,19 +245,24 @@ class A2AState:
         return done, box
 
     async def call(
-        self, tool_name: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+        self,
+        tool_name: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
     ) -> CallRecord:
         """Record the call, follow it and wait for its result (the following survives the caller's cancellation).
-        ``task_id``/``context_id`` continue that remote task (an input-required one) instead of starting one."""
+        ``task_id``/``context_id`` continue that remote task (an input-required one) instead of starting one;
+        ``continues`` names the stored input-required call that ``task`` answers (its task, and its record learns
+        how the task went on)."""
         agents = self._hold()
         try:
             tool = agents.tool(tool_name)
+            earlier = await self._answered(continues, tool)
             record = await self.tracker.begin(tool, task)
-            done, box = self._spawn(
-                record.id,
-                agents,
-                lambda: self.tracker.run(record, tool, task_id=task_id, context_id=context_id),
-            )
+            done, box = self._spawn(record.id, agents, self._job(record, tool, earlier, task_id, context_id))
         except BaseException:
             await self._let_go(agents)
             raise
@@ -270,23 +276,41 @@ class A2AState:
         return value
 
     async def start(
-        self, tool_name: str, task: str, *, task_id: str | None = None, context_id: str | None = None
+        self,
+        tool_name: str,
+        task: str,
+        *,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        continues: str | None = None,
     ) -> CallRecord:
         """Record the call and follow it in the background; returns at once."""
         agents = self._hold()
         try:
             tool = agents.tool(tool_name)
+            earlier = await self._answered(continues, tool)
             record = await self.tracker.begin(tool, task)
             running = record.model_copy(deep=True)
-            self._spawn(
-                record.id,
-                agents,
-                lambda: self.tracker.run(running, tool, task_id=task_id, context_id=context_id),
-            )
+            self._spawn(record.id, agents, self._job(running, tool, earlier, task_id, context_id))
         except BaseException:
             await self._let_go(agents)
             raise
         return record
+
+    async def _answered(self, continues: str | None, tool: Tool) -> CallRecord | None:
+        """The stored call that a new call answers, checked to take an answer through ``tool``."""
+        if continues is None:
+            return None
+        earlier = await self.tracker.get(continues)
+        self.tracker.check_continuable(earlier, tool)
+        return earlier
+
+    def _job(
+        self, record: CallRecord, tool: Tool, earlier: CallRecord | None, task_id: str | None, context_id: str | None
+    ) -> Job:
+        if earlier is not None:
+            return lambda: self.tracker.answer(record, tool, earlier)
+        return lambda: self.tracker.run(record, tool, task_id=task_id, context_id=context_id)
 
     async def _resume(self, record: CallRecord, agents: AgentSet) -> CallRecord:
         done = await self.tracker.resume(record, agents.agent(record.agent))

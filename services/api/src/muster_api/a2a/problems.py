@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from muster_a2a import AgentConfigError, CallTakenOverError, MusterA2AError, UnknownCallError, UnknownToolError
+from muster_a2a import (
+    AgentConfigError,
+    CallTakenOverError,
+    MusterA2AError,
+    NotContinuableError,
+    UnknownCallError,
+    UnknownToolError,
+)
 
 STATUS: dict[type[Exception], int] = {
     UnknownToolError: 404,
@@ -11,5 +18,7 @@ STATUS: dict[type[Exception], int] = {
     AgentConfigError: 422,
     # Not an error of the call: another instance follows it now (the body names the call to look up).
     CallTakenOverError: 409,
+    # The answer names a call whose task does not wait for one (another tool's, or answered already).
+    NotContinuableError: 409,
     MusterA2AError: 500,
 }

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from muster_a2a import AgentStatus, CallRecord, Collision, UnknownCallError
 from muster_api.a2a.component import A2AState
@@ -60,6 +60,21 @@ class CallIn(BaseModel):
         description="The remote context to continue (the `context_id` of an earlier answer's metadata); without "
         "`task_id`, a new task in that context.",
     )
+    continues: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        description="The `call_id` of an input-required call that `task` answers, instead of `task_id` and "
+        "`context_id`: its remote task goes on, and that call's record then names this call (`continued_by` in its "
+        "result's metadata) and the state the task reached.",
+    )
+
+    @field_validator("continues")
+    @classmethod
+    def _alone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and (info.data.get("task_id") or info.data.get("context_id")):
+            raise ValueError("continues names the task to go on with: give it without task_id and context_id")
+        return value
 
 
 class CallOut(BaseModel):
@@ -94,11 +109,14 @@ async def reload_agents(state: A2ADep) -> AgentsOut:
     responses={
         202: {"description": "`wait: false`: the stored call, to follow at GET /a2a/calls/{call_id}"},
         404: {"description": "no tool of that name is loaded (`tools` lists those there are)"},
-        409: {"description": "another instance took the call over; look it up by its id"},
+        409: {
+            "description": "another instance took the call over; look it up by its id (or `continues` names a call "
+            "that is not input-required: `not_continuable`)"
+        },
     },
 )
 async def call_tool(tool_name: str, body: CallIn, state: A2ADep) -> CallOut | JSONResponse:
-    ids = {"task_id": body.task_id, "context_id": body.context_id}
+    ids = {"task_id": body.task_id, "context_id": body.context_id, "continues": body.continues}
     if not body.wait:
         record = await state.start(tool_name, body.task, **ids)
         return JSONResponse(record.model_dump(mode="json"), status_code=202)

@@ -11,23 +11,17 @@ from rich.live import Live
 from muster_api.console.output import Cell, Output
 from muster_api.console.text import STALE_HEARTBEAT_SECONDS, STALE_STATUS_SECONDS, duration, inert
 from muster_client import AgentView, MusterClient
-from muster_client.calls import Call
 
 PAGE = 500
 WATCH_SECONDS = 2.0
 HEADERS = ("agent", "role", "repo", "caps", "status", "status age", "heartbeat", "expires in", "unread")
 
 
-def _backlog(data: Any) -> dict[str, int]:
-    return {str(entry["agent_id"]): int(entry["unread"]) for entry in data["agents"]}
-
-
 def fetch(client: MusterClient, args: argparse.Namespace) -> tuple[list[AgentView], dict[str, int]]:
     filters: dict[str, Any] = {"repo": args.repo, "role": args.role, "cap": args.cap}
     page = client.agents(include_expired=args.all, limit=PAGE, **filters)
-    params = {k: v for k, v in filters.items() if v is not None} | {"include_expired": args.all, "limit": PAGE}
-    unread = client.call(Call("GET", "/mesh/backlog", _backlog, params=params))
-    return page.agents, unread
+    backlog = client.backlog(include_expired=args.all, limit=PAGE, **filters)
+    return page.agents, {entry.agent_id: entry.unread for entry in backlog.agents}
 
 
 def _row(agent: AgentView, unread: int) -> list[Cell]:

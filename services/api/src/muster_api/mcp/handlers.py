@@ -227,26 +227,6 @@ def a2a_words(tool: str, result: A2ACallResult) -> tuple[str, bool]:
     return result.text, result.is_error
 
 
-async def _continued(session: AgentSession, tool: str, call_id: str) -> tuple[str, str | None]:
-    """The remote task (and context) of the input-required call ``call_id`` of ``tool``."""
-    try:
-        earlier = await session.client.a2a_get_call(call_id)
-    except ApiError as exc:
-        if exc.status != 404:
-            raise
-        raise ToolRefused(f"no call {call_id} is stored: copy the id from the question, or drop the prefix") from None
-    if earlier.tool != tool:
-        raise ToolRefused(
-            f"call {call_id} was a call of {earlier.tool}, not of {tool}: continue it with {earlier.tool}"
-        )
-    if earlier.state != "input-required" or earlier.task_id is None:
-        raise ToolRefused(
-            f"call {call_id} is not waiting for input (its task is {earlier.state}): drop the prefix to start a new "
-            "task"
-        )
-    return earlier.task_id, earlier.context_id
-
-
 async def call_a2a(session: AgentSession, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
     args = tools.A2AArgs.model_validate(arguments)
     continuing = CONTINUE.match(args.task)
@@ -255,8 +235,16 @@ async def call_a2a(session: AgentSession, tool: str, arguments: dict[str, Any]) 
     call_id, answer = continuing.groups()
     if not answer.strip():
         raise ToolRefused(f"the answer after [continue {call_id}] is empty: write it after the prefix")
-    task_id, context_id = await _continued(session, tool, call_id)
-    result = await session.client.a2a_call(tool, answer, task_id=task_id, context_id=context_id)
+    try:
+        result = await session.client.a2a_call(tool, answer, continues=call_id)
+    except ApiError as exc:
+        if exc.code == "not_continuable":
+            raise ToolRefused(f"{exc.detail.rstrip('.')}: drop the prefix to start a new task") from None
+        if exc.status == 404 and exc.code != "unknown_tool":
+            raise ToolRefused(
+                f"no call {call_id} is stored: copy the id from the question, or drop the prefix"
+            ) from None
+        raise
     return a2a_words(tool, result)
 
 

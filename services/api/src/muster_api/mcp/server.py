@@ -7,6 +7,7 @@ tools/call: the tool's handler; what it raises becomes a tool error (``isError``
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sys
 from typing import Any
@@ -122,5 +123,11 @@ async def serve(settings: McpSettings) -> None:
 
 def main(settings: McpSettings | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="muster mcp: %(levelname)s %(message)s")
-    anyio.run(serve, settings or McpSettings())
+    anyio.run(serve, settings or McpSettings(), backend_options=loop_options())
     return 0
+
+
+def loop_options() -> dict[str, Any]:
+    """uvloop where it is installed (uvicorn[standard] brings it; the service runs on it too): every tool call is a
+    pipe read, a socket write and read, and a pipe write, and its loop does them in C."""
+    return {"use_uvloop": importlib.util.find_spec("uvloop") is not None}

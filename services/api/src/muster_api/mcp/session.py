@@ -61,10 +61,13 @@ class AgentSession:
             )
         return self.agent_id
 
+    def unacknowledged(self) -> bool:
+        return self.agent_id is not None and self.delivered is not None and self.delivered != self.acked
+
     async def flush(self) -> None:
         """Acknowledge what the last ``agent_inbox`` returned: the agent called again, so the answer reached it."""
         cursor = self.delivered
-        if self.agent_id is None or cursor is None or cursor == self.acked:
+        if cursor is None or not self.unacknowledged():
             return
         await self.client.ack(cursor, confirm=True)
         self.acked = cursor
@@ -145,6 +148,8 @@ class AgentSession:
         for one round trip, not two. The call's error is the answer's; a failed acknowledgement only is logged and
         left for the next call to make again (the page is still marked given, not acknowledged): failing a send that
         was stored would make the agent send it twice."""
+        if not self.unacknowledged():
+            return await call()
         failed: list[Exception] = []
 
         async def acknowledge() -> None:
