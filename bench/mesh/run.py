@@ -247,8 +247,8 @@ async def populate(db_url: str) -> None:
         async with engine.begin() as conn:
             for start in range(0, len(rows), 5000):
                 await conn.execute(agents.insert(), rows[start : start + 5000])
-        if dialect_of(engine).row_locks:  # PostgreSQL: fresh statistics for the planner
-            async with engine.connect() as conn:
+        if dialect_of(engine).row_locks:  # PostgreSQL: fresh statistics for the planner (kept only once committed)
+            async with engine.begin() as conn:
                 await conn.exec_driver_sql("ANALYZE mesh_agents")
     finally:
         await engine.dispose()
