@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -25,7 +25,6 @@ from muster_api.mesh.store import (
     BUMP_ONE,
     INSERT_INBOX,
     INSERT_MESSAGE,
-    RENEW_BY_TOKEN,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
@@ -41,15 +40,28 @@ _NAMED = sqlite_dialect.dialect(paramstyle="named")
 _TIME = agents.c.expires_at.type.dialect_impl(_NAMED).bind_processor(_NAMED)
 
 
+_JSON = agents.c.caps.type.dialect_impl(_NAMED).bind_processor(_NAMED)
+
+
 def _time(value: datetime) -> str:
     assert _TIME is not None
     return str(_TIME(value))
 
 
+def _bound(value: Any) -> Any:
+    """A parameter of a mesh statement as SQLAlchemy binds it on SQLite (datetimes and JSON lists become text)."""
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, list):
+        assert _JSON is not None
+        return _JSON(value)
+    return value
+
+
 class DriverStatement:
     """A statement compiled once for the driver, with the names of the columns it returns."""
 
-    def __init__(self, stmt: UpdateBase) -> None:
+    def __init__(self, stmt: UpdateBase | Select[Any]) -> None:
         self.sql = str(stmt.compile(dialect=_NAMED))
         self.names = tuple(c.name for c in stmt.exported_columns)
 
@@ -65,7 +77,7 @@ def _driver_select(stmt: Select[Any]) -> tuple[str, tuple[str, ...], dict[str, A
     return str(compiled), tuple(stmt.selected_columns.keys()), dict(compiled.params)
 
 
-_RENEW = DriverStatement(RENEW_BY_TOKEN)
+_driver_statement = lru_cache(maxsize=64)(DriverStatement)
 _BUMP_ONE = DriverStatement(BUMP_ONE)
 _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
 _INSERT_INBOX = DriverStatement(INSERT_INBOX)
@@ -82,16 +94,11 @@ class SqliteMeshTx(SqlMeshTx):
             self._driver = (await self._conn.get_raw_connection()).driver_connection
         return self._driver
 
-    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int) -> AgentRecord | None:
-        at = _time(now)
-        params = {
-            "p_hash": token_hash,
-            "p_now": at,
-            "p_ttl": ttl,
-            "p_seen": at,
-            "p_exp": _time(now + timedelta(seconds=ttl)),
-        }
-        rows = await _RENEW.rows(await self._aiosqlite(), params)
+    async def _first_agent(self, stmt: Any, params: Mapping[str, Any]) -> AgentRecord | None:
+        # Every one-agent statement (a read, a lease renewal, a check-in's UPDATE … RETURNING) in one hop to
+        # aiosqlite's thread, where SQLAlchemy's cursor adapter takes three or four, all inside the write lock.
+        bound = {name: _bound(value) for name, value in params.items()}
+        rows = await _driver_statement(stmt).rows(await self._aiosqlite(), bound)
         return agent_from(rows[0]) if rows else None
 
     async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
