@@ -9,7 +9,7 @@ the core's statements, so both paths run the same text.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -141,19 +141,34 @@ class SqliteMeshStore(SqlMeshStore):
         self._serial = anyio.Lock()
         self._held: AsyncConnection | None = None
 
+    async def _connection(self) -> AsyncConnection:
+        if self._held is None or self._held.closed or self._held.invalidated:
+            self._held = await self.engine.connect()
+        return self._held
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
         async with self._serial:
-            if self._held is None or self._held.closed or self._held.invalidated:
-                self._held = await self.engine.connect()
-            conn = self._held
+            conn = await self._connection()
             async with conn.begin():
                 yield self.tx_class(conn, self)
 
-    def standalone(self) -> AbstractAsyncContextManager[SqlMeshTx]:
-        # One writer at a time either way: a standalone statement queues like a transaction (and on the held
-        # connection, a transaction costs no round trip to the pool).
-        return self.transaction()
+    @asynccontextmanager
+    async def standalone(self) -> AsyncIterator[SqlMeshTx]:
+        # Queued like a transaction (one writer at a time either way), without BEGIN and COMMIT: each statement that
+        # runs on the driver connection commits alone, one hop to aiosqlite's thread instead of three. A statement
+        # that goes through SQLAlchemy begins a transaction, ended here.
+        async with self._serial:
+            conn = await self._connection()
+            try:
+                yield self.tx_class(conn, self)
+            except BaseException:
+                if conn.in_transaction():
+                    with anyio.CancelScope(shield=True):
+                        await conn.rollback()
+                raise
+            if conn.in_transaction():
+                await conn.commit()
 
     async def aclose(self) -> None:
         async with self._serial:
