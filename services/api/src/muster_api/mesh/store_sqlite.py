@@ -35,11 +35,9 @@ from muster_api.mesh.tables import agents
 from muster_mesh import AgentFilter, AgentRecord, MessageRecord
 
 _NAMED = sqlite_dialect.dialect(paramstyle="named")
-# UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
-# compared text must be the same on both paths.
+# UTCDateTime's and JSONDocument's bind processing for SQLite (SQLAlchemy's stored text formats): the stored text and
+# the compared text must be the same on both paths.
 _TIME = agents.c.expires_at.type.dialect_impl(_NAMED).bind_processor(_NAMED)
-
-
 _JSON = agents.c.caps.type.dialect_impl(_NAMED).bind_processor(_NAMED)
 
 
