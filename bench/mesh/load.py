@@ -29,6 +29,7 @@ import random
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -118,7 +119,12 @@ class Outcome:
     wake_ms: list[float] = field(default_factory=list)
     requests: int = 0
     errors: int = 0
+    failures: Counter[str] = field(default_factory=Counter)  # failed requests by status code or transport error
     stored: int = 0  # inbox entries the sends stored
+
+    def failed(self, kind: str) -> None:
+        self.errors += 1
+        self.failures[kind] += 1
 
 
 @dataclass
@@ -144,11 +150,17 @@ async def read_forever(client: httpx.AsyncClient, reader: Agent, out: Outcome, s
     cursor: int | None = None
     while True:
         query = f"wait_seconds={WAIT_SECONDS}" + (f"&after={cursor}" if cursor is not None else "")
-        r = await client.get(f"/mesh/inbox?{query}", headers=headers)
+        try:
+            r = await client.get(f"/mesh/inbox?{query}", headers=headers)
+        except httpx.TransportError as exc:
+            # A pooled keep-alive connection the server closed as it was reused: counted, and the read is repeated.
+            out.requests += 1
+            out.failed(f"GET {type(exc).__name__}")
+            continue
         held = time.time()
         out.requests += 1
         if r.status_code != 200:
-            out.errors += 1
+            out.failed(f"GET {r.status_code}")
             continue
         page = r.json()
         for m in page["messages"]:
@@ -176,12 +188,18 @@ async def send_until(
     while time.monotonic() < until and (quota is None or n < quota):
         body = {address: rng.choice(targets), "body": f"{sender.agent_id} {n}", "confirm": True}
         started = time.perf_counter()
-        r = await client.post("/mesh/messages", json=body, headers=headers)
+        try:
+            r = await client.post("/mesh/messages", json=body, headers=headers)
+        except httpx.TransportError as exc:
+            # Not repeated: the message may have been stored (it then counts as unexpected, not as lost).
+            out.requests += 1
+            out.failed(f"POST {type(exc).__name__}")
+            continue
         out.send_ms.append((time.perf_counter() - started) * 1000)
         out.requests += 1
         n += 1
         if r.status_code != 200:
-            out.errors += 1
+            out.failed(f"POST {r.status_code}")
             continue
         answer = r.json()
         out.sent.append(answer["message_id"])
@@ -277,6 +295,7 @@ def merge(outcomes: list[Outcome]) -> Outcome:
         total.wake_ms += o.wake_ms
         total.requests += o.requests
         total.errors += o.errors
+        total.failures += o.failures
         total.stored += o.stored
         total.cpu += o.cpu
     return total
@@ -370,6 +389,7 @@ def report_load(phase: Phase, base_cpu: float, base_p99: float) -> None:
     print(
         f"  messages: sent {len(o.sent)}, received {len(o.received)}, lost {lost}, duplicated {dup}, unexpected {stray}"
         f", failed requests {o.errors}"
+        + (f" ({', '.join(f'{k}: {v}' for k, v in o.failures.items())})" if o.errors else "")
     )
     print(
         f"  send p50 {pct(o.send_ms, 0.5):.1f} ms, p99 {p99_send:.1f} ms ({p99_send / base_p99:.2f}x the no-op p99); "

@@ -8,9 +8,13 @@ from datetime import UTC, datetime
 import anyio
 import pytest
 
+from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
-from muster_mesh import InboxEntry, MessageRecord
+from muster_api.mesh.component import make_store
+from muster_api.settings import Settings
+from muster_mesh import CheckinRecord, CheckinRequest, InboxEntry, Mesh, MessageRecord, SendRequest, SendResult
+from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -45,3 +49,34 @@ async def test_the_other_instance_is_handed_the_message() -> None:
             assert bob.take() == [], "woken without the entry: the waiter reads the store"
     finally:
         await engine.dispose()
+
+
+@pytest.mark.postgres  # LISTEN/NOTIFY between two notifiers on one database
+async def test_a_direct_send_hands_the_other_instance_its_message(postgres_server: PostgresServer) -> None:
+    db_url = postgres_server.create(migrated=True)
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        sending, waiting = PgNotifier(engine), PgNotifier(engine)
+        async with anyio.create_task_group() as tg:
+            await tg.start(waiting.run)
+            mesh = Mesh(make_store(engine, dialect_of(engine), sending), sending)
+            bob = await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
+            alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
+            assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord)
+            async with waiting.subscribe("bob") as sub:
+                for n, body in enumerate(['first {"x": 1}|,', "second"], start=1):
+                    sent = await mesh.send(SendRequest(to="bob", body=body, confirm=True), token=alice.token)
+                    with anyio.fail_after(10):
+                        await sub.wait()
+                    (entry,) = sub.take()
+                    assert isinstance(sent, SendResult) and entry.message.message_id == sent.message_id
+                    assert (entry.seq, entry.message.body, entry.message.sender) == (n, body, "alice")
+                big = "x" * MAX_PAYLOAD
+                await mesh.send(SendRequest(to="bob", body=big, confirm=True), token=alice.token)
+                with anyio.fail_after(10):
+                    await sub.wait()
+                assert sub.take() == [], "too big to carry: woken with the recipient only"
+            tg.cancel_scope.cancel()
+    finally:
+        await engine.dispose()
+        postgres_server.drop(db_url)

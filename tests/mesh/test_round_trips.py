@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,7 +18,7 @@ from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
 from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
-from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, Superseded
+from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, SendRequest, SendResult, Superseded
 from muster_mesh.clock import FakeClock
 from tests.support.databases import PostgresServer
 
@@ -122,3 +123,71 @@ async def test_deliver_stores_for_a_live_recipient_only(db_url: str) -> None:
             agent = await tx.get_agent("gone")
         assert [(e.seq, e.message.body) for e in live] == [(1, "body 1")]
         assert gone == [] and agent is not None and agent.last_seq == 0
+
+
+async def test_a_direct_send_opens_no_transaction_where_one_statement_does_it(db_url: str) -> None:
+    async with mesh_on(db_url) as (mesh, engine):
+        tokens = {}
+        for agent_id in ("alice", "bob"):
+            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
+            assert isinstance(joined, CheckinRecord) and joined.token is not None
+            tokens[agent_id] = joined.token
+        # The first send learns the sender's agent_id and TTL from its token (a transaction).
+        await mesh.send(SendRequest(to="bob", body="hello", confirm=True), token=tokens["alice"])
+        begins: list[object] = []
+
+        def count(conn: Any) -> None:
+            if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+                begins.append(conn)
+
+        event.listen(engine.sync_engine, "begin", count)
+        try:
+            for n in range(3):
+                sent = await mesh.send(SendRequest(to="bob", body=f"again {n}", confirm=True), token=tokens["alice"])
+                assert isinstance(sent, SendResult) and sent.recipients == ["bob"] and sent.stored == 1
+        finally:
+            event.remove(engine.sync_engine, "begin", count)
+        page = await mesh.read_inbox(token=tokens["bob"], after=0)
+        assert [(m.seq, m.body, m.sender) for m in page.messages] == [
+            (1, "hello", "alice"),
+            (2, "again 0", "alice"),
+            (3, "again 1", "alice"),
+            (4, "again 2", "alice"),
+        ]
+        # SQLite queues each send behind its one writer, in a transaction; PostgreSQL runs it as one statement.
+        assert len(begins) == (3 if dialect_of(engine).serial_writes else 0)
+
+
+async def test_agents_messaging_each_other_at_once_store_every_message_in_order(db_url: str) -> None:
+    """Each send locks its sender's and its recipient's rows: two agents sending to each other at the same moment
+    must not deadlock, and every inbox stays gap-free."""
+    agents, per_pair = ("a1", "a2", "a3", "a4"), 15
+    async with mesh_on(db_url) as (mesh, _engine):
+        tokens = {}
+        for agent_id in agents:
+            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
+            assert isinstance(joined, CheckinRecord) and joined.token is not None
+            tokens[agent_id] = joined.token
+
+        async def send_all(sender: str) -> None:
+            for k in range(per_pair):
+                for to in agents:
+                    if to != sender:
+                        request = SendRequest(to=to, body=f"{sender}:{k}", confirm=True)
+                        sent = await mesh.send(request, token=tokens[sender])
+                        assert isinstance(sent, SendResult) and sent.stored == 1
+
+        with anyio.fail_after(120):
+            async with anyio.create_task_group() as tg:
+                for sender in agents:
+                    tg.start_soon(send_all, sender)
+        for agent_id in agents:
+            page = await mesh.read_inbox(token=tokens[agent_id], after=0, limit=100)
+            expected = per_pair * (len(agents) - 1)
+            assert [m.seq for m in page.messages] == list(range(1, expected + 1))
+            by_sender: dict[str, list[int]] = {}
+            for m in page.messages:
+                sender, k = m.body.split(":")
+                assert m.sender == sender
+                by_sender.setdefault(sender, []).append(int(k))
+            assert all(ks == list(range(per_pair)) for ks in by_sender.values()) and len(by_sender) == len(agents) - 1

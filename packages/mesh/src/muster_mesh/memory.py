@@ -238,6 +238,12 @@ class InMemoryMeshStore:
             start = renewed.read_cursor if after is None else max(after, renewed.floor_seq)
             return renewed, await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
 
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        """Transactions here never overlap (``serial``): the mesh's own transaction is as short."""
+        return None
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_MemoryTx]:
         async with self._lock:

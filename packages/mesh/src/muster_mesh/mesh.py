@@ -3,7 +3,8 @@
 Hot paths are counted in store calls (one SQL statement each, once the store's caches are warm), each in one
 transaction: a check-in renewal is 1, an inbox read 1 where the store renews and reads in one step (2 otherwise; none
 when a long-poll is handed its message by the wake-up; a long-poll reads once when its reader polled before),
-an ack 2, a direct send 4 (renew the sender, take the recipient's sequence, store the message and its entry).
+an ack 2, a direct send 1 where the store renews the sender and delivers in one step (4 otherwise: renew the sender,
+take the recipient's sequence, store the message and its entry).
 """
 
 from __future__ import annotations
@@ -576,9 +577,14 @@ class Mesh:
             if request.idempotency_key is not None
             else ""
         )
+        common = not self.store.serial and request.confirm and request.idempotency_key is None
+        if common and request.to is not None:
+            sent = await self._send_in_one_step(request, request.to, hashed, now)
+            if sent is not None:
+                return sent
         async with self.store.transaction() as tx:
             ctx = SendContext(tx=tx, request=request, hashed=hashed, now=now, fingerprint=fingerprint)
-            if not self.store.serial and request.confirm and request.to is not None and request.idempotency_key is None:
+            if common and request.to is not None:
                 return await self._send_direct_unread(ctx, request.to)
             sender = await self._sender(ctx)
             if request.confirm:
@@ -589,6 +595,19 @@ class Mesh:
             if request.to is not None:
                 return await self._send_direct(ctx, sender, request.to)
             return await self._send_fanout(ctx, sender)
+
+    async def _send_in_one_step(
+        self, request: SendRequest, to: str, hashed: str, now: datetime
+    ) -> tuple[SendResult, dict[str, InboxEntry]] | None:
+        """The common direct send where the store renews the sender and delivers in one step; None when it cannot
+        (the transaction then says why, or does it in several)."""
+        entry = await self.store.renew_and_deliver(
+            hashed, to, now, message_id=uuid.uuid4().hex, body=request.body, thread_id=request.thread_id
+        )
+        if entry is None:
+            return None
+        result = SendResult(message_id=entry.message.message_id, recipients=[to], stored=1)
+        return result, {to: entry}
 
     async def _sender(self, ctx: SendContext) -> AgentRecord:
         # Where transactions overlap, read without a lock: the sender's row is renewed later, in agent_id order

@@ -116,6 +116,15 @@ class MeshStore(Protocol):
         Returns the renewed agent and the entries. None, and no change, when any of that does not hold or the store
         cannot do it in one step: the caller then takes a transaction, which refuses as it must."""
 
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        """A direct send as one atomic step: renew the lease of the live agent holding this token (as
+        ``MeshTx.renew``) and deliver a message from it, sent at ``now``, to the live agent ``to`` (as
+        ``MeshTx.deliver``), with its wake-up. Returns the entry stored. None, and no change, when any of that does
+        not hold or the store cannot do it in one step: the caller then takes a transaction, which refuses as it
+        must."""
+
     def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
         """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and
         COMMIT round trips around it), and a row lock lasts as long as its statement. For a read that is one

@@ -61,6 +61,14 @@ def _handed(message: MessageRecord, seqs: Mapping[str, int]) -> str:
     return json.dumps({"m": m, "s": dict(seqs)}, separators=(",", ":"), ensure_ascii=False)
 
 
+def _handed_around_seq(message: MessageRecord, agent_id: str) -> tuple[str, str]:
+    """``_handed(message, {agent_id: seq})`` cut around the sequence, for a statement that learns the sequence as it
+    stores the message and writes it in between."""
+    m = [message.message_id, message.sender, message.body, message.thread_id, message.sent_at.isoformat()]
+    head = json.dumps({"m": m}, separators=(",", ":"), ensure_ascii=False)[:-1]
+    return f'{head},"s":{{{json.dumps(agent_id, ensure_ascii=False)}:', "}}"
+
+
 def _entries(payload: str) -> dict[str, InboxEntry]:
     doc = json.loads(payload)
     message_id, sender, body, thread_id, sent_at = doc["m"]
@@ -111,6 +119,15 @@ class PgNotifier:
             if len(handed.encode()) <= MAX_PAYLOAD:
                 return self.channel, f"{self.instance}|{handed}"
         return self.channel, f"{self.instance}|{chunks[0]}"
+
+    def payload_around_seq(self, agent_id: str, message: MessageRecord) -> tuple[str, str, str] | None:
+        """(channel, head, tail) of the one notification of a direct send carrying its message, the recipient's
+        sequence to be written between head and tail by the statement that takes it; None when it does not fit."""
+        head, tail = _handed_around_seq(message, agent_id)
+        # Room for the longest sequence (a bigint: at most 20 characters).
+        if len(head.encode()) + len(tail) + 20 > MAX_PAYLOAD:
+            return None
+        return self.channel, f"{self.instance}|{head}", tail
 
     async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         # Called after the commit: this instance's own waiters, without a round trip.

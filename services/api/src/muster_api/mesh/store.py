@@ -297,6 +297,11 @@ class TransactionNotifier(Protocol):
         several (``notify_in_transaction`` then sends them); it may carry the message and its sequences."""
         ...
 
+    def payload_around_seq(self, agent_id: str, message: MessageRecord) -> tuple[str, str, str] | None:
+        """(channel, head, tail) of the one notification of a direct send carrying the message, for a statement
+        that writes the recipient's sequence between head and tail; None when the message does not fit."""
+        ...
+
 
 class SqlMeshTx:
     """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""
@@ -585,6 +590,12 @@ class SqlMeshStore:
         self, token_hash: str, now: datetime, *, after: int | None, limit: int
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         """No one-step read in the portable core: the mesh reads in a transaction."""
+        return None
+
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        """No one-step send in the portable core: the mesh sends in a transaction."""
         return None
 
     @asynccontextmanager

@@ -14,7 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import Select, bindparam, text
+from sqlalchemy import Select, TextClause, bindparam, text
 from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -61,6 +61,10 @@ SELECT b.last_seq{notify} FROM b
 """
 _LIVE_AT = bindparam("live_at", type_=agents.c.expires_at.type)
 _DELIVER = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :payload)")).bindparams(_SENT_AT, _LIVE_AT)
+# The wake-up carrying the message: its payload is completed with the recipient's sequence as the statement takes it.
+_DELIVER_HANDED = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :head || b.last_seq || :tail)")).bindparams(
+    _SENT_AT, _LIVE_AT
+)
 _DELIVER_QUIET = text(_DELIVER_SQL.format(notify="")).bindparams(_SENT_AT, _LIVE_AT)
 
 
@@ -71,8 +75,9 @@ def _driver_select(stmt: Select[Any], dialect: SaDialect) -> tuple[str, tuple[st
     return str(compiled), tuple(compiled.positiontup or ())
 
 
-async def _driver_fetch(conn: AsyncConnection, sql: str, *args: Any) -> list[Any]:
-    """Rows of one statement run on the asyncpg connection under ``conn``."""
+async def _fetch_on_driver(conn: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    """Rows of one statement run on the asyncpg connection under ``conn`` (no SQLAlchemy statement or result
+    processing)."""
     driver = (await conn.get_raw_connection()).driver_connection
     assert driver is not None
     try:
@@ -90,20 +95,32 @@ class PostgresMeshTx(SqlMeshTx):
         # parameters need no processing: asyncpg takes the aware datetimes as they are).
         stmt, params = self._list_query(where, after, limit)
         sql, names = _driver_select(stmt, self._conn.dialect)
-        return [agent_from(r) for r in await _driver_fetch(self._conn, sql, *(params[n] for n in names))]
+        return [agent_from(r) for r in await _fetch_on_driver(self._conn, sql, *(params[n] for n in names))]
 
     async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
-        notifier = self._store.notifier
-        channel, payload = notifier.payload([to]) if notifier is not None else (None, None)
-        params = {**message_values(message), "to": to, "live_at": live_at, "channel": channel, "payload": payload}
-        if channel is None:
-            del params["channel"], params["payload"]
-        row = (await self._conn.execute(_DELIVER if channel is not None else _DELIVER_QUIET, params)).first()
+        stmt, wake = self._deliver_statement(message, to)
+        row = (
+            await self._conn.execute(stmt, {**message_values(message), "to": to, "live_at": live_at, **wake})
+        ).first()
         if row is None:
             return {}
-        if channel is None:
+        if not wake:
             await self._store.on_stored(self._conn, [to])
         return {to: int(row.last_seq)}
+
+    def _deliver_statement(self, message: MessageRecord, to: str) -> tuple[TextClause, dict[str, str]]:
+        """The deliver statement and its wake-up's parameters: the message in the payload when it fits (the other
+        instances answer their waiting reader from it), else the recipient only; no wake-up without a notifier."""
+        notifier = self._store.notifier
+        if notifier is None:
+            return _DELIVER_QUIET, {}
+        around = notifier.payload_around_seq(to, message)
+        if around is not None:
+            channel, head, tail = around
+            return _DELIVER_HANDED, {"channel": channel, "head": head, "tail": tail}
+        named, payload = notifier.payload([to])
+        assert named is not None and payload is not None  # one recipient: always one notification
+        return _DELIVER, {"channel": named, "payload": payload}
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
@@ -144,8 +161,72 @@ ORDER BY e.seq
 """
 
 
+# $1 the sender, $2 its token hash, $3 now (sent_at), $4 its new expiry, $5 the TTL that expiry was computed for, $6
+# the recipient, $7 message_id, $8 body, $9 thread_id, $10 the wake-up's channel (NULL: none), $11 and $12 its payload
+# before and after the recipient's sequence. Both rows are locked first, in agent_id order (as every writer of two
+# agent rows locks them), and the conditions are checked on the locked rows: when one fails, nothing is written and
+# the caller takes the transaction that says why. The sender's renewal and the recipient's sequence then update rows
+# this statement already holds.
+_RENEW_AND_DELIVER = """
+WITH l AS MATERIALIZED (
+    SELECT agent_id, token_hash, ttl_seconds, expires_at FROM mesh_agents
+    WHERE agent_id = $1 OR agent_id = $6
+    ORDER BY agent_id
+    FOR UPDATE
+), ok AS MATERIALIZED (
+    SELECT count(*) = 2 AS go FROM l
+    WHERE (agent_id = $1 AND token_hash = $2 AND ttl_seconds = $5 AND expires_at > $3)
+       OR (agent_id = $6 AND expires_at > $3)
+), s AS (
+    UPDATE mesh_agents SET last_seen_at = $3, expires_at = $4
+    WHERE agent_id = $1 AND (SELECT go FROM ok)
+    RETURNING agent_id
+), b AS (
+    UPDATE mesh_agents SET last_seq = last_seq + 1
+    WHERE agent_id = $6 AND (SELECT go FROM ok)
+    RETURNING agent_id, last_seq
+), m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    SELECT $7::text, $1, $8::text, $9::text, $3 FROM b
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
+    RETURNING 1
+)
+SELECT b.last_seq, CASE WHEN $10::text IS NOT NULL THEN pg_notify($10, $11::text || b.last_seq || $12::text) END AS woke
+FROM b, s
+"""
+
+
 class PostgresMeshStore(SqlMeshStore):
     tx_class = PostgresMeshTx
+
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        # The sender from the token's agent_id and TTL seen before (the statement re-checks both); a message to
+        # oneself, or one too large to ride its wake-up, takes the transaction.
+        sender, ttl = self.token_ids.get(token_hash), self.ttl_hints.get(token_hash)
+        if sender is None or ttl is None or sender == to:
+            return None
+        message = MessageRecord(message_id, sender, body, thread_id, now)
+        wake: tuple[str | None, str | None, str | None] = (None, None, None)
+        if self.notifier is not None:
+            around = self.notifier.payload_around_seq(to, message)
+            if around is None:
+                return None
+            wake = around
+        expires_at = now + timedelta(seconds=ttl)
+        args = (sender, token_hash, now, expires_at, ttl, to, message_id, body, thread_id, *wake)
+        rows = await self._driver_fetch(_RENEW_AND_DELIVER, *args)
+        return InboxEntry(seq=rows[0]["last_seq"], message=message) if rows else None
+
+    async def _driver_fetch(self, sql: str, *args: object) -> list[Any]:
+        """One autocommit statement on the asyncpg connection under a pooled one (no SQLAlchemy statement or result
+        processing)."""
+        async with self.engine.connect() as conn:
+            return await _fetch_on_driver(conn, sql, *args)
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int
@@ -155,18 +236,9 @@ class PostgresMeshStore(SqlMeshStore):
         ttl = self.ttl_hints.get(token_hash)
         if ttl is None:
             return None
-        async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            try:
-                rows = await driver.fetch(
-                    _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
-                )
-            except BaseException:
-                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
-                with anyio.CancelScope(shield=True):
-                    await conn.invalidate()
-                raise
+        rows = await self._driver_fetch(
+            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
+        )
         if not rows:
             return None
         entries = [
