@@ -247,19 +247,23 @@ async def populate(db_url: str) -> None:
         async with engine.begin() as conn:
             for start in range(0, len(rows), 5000):
                 await conn.execute(agents.insert(), rows[start : start + 5000])
-        if dialect_of(engine).row_locks:  # PostgreSQL: fresh statistics for the planner
-            async with engine.connect() as conn:
+        if dialect_of(engine).row_locks:  # PostgreSQL: fresh statistics for the planner (kept only once committed)
+            async with engine.begin() as conn:
                 await conn.exec_driver_sql("ANALYZE mesh_agents")
     finally:
         await engine.dispose()
 
 
-async def list_figure(client: httpx.AsyncClient, db_url: str, noop: list[float]) -> None:
+async def list_figure(client: httpx.AsyncClient, db_url: str) -> None:
     await populate(db_url)
     times = []
+    # Each page paired with a no-op round trip taken just before it, so that the baseline and the figure see the
+    # same machine (a shared one: a burst of someone else's work would otherwise land on one side only).
+    noop: list[float] = []
     cursor: str | None = None
     pages = 0
     for _ in range(LIST_SAMPLES):
+        noop += await noop_round_trips(client, 1)
         url = "/mesh/agents?limit=100" + (f"&cursor={cursor}" if cursor else "")
         started = time.perf_counter()
         r = await client.get(url)
@@ -288,9 +292,9 @@ async def run_on(label: str, db_url: str) -> None:
             httpx.AsyncClient(base_url=base, timeout=60) as reader_client,
         ):
             await checkin_figure(client)
-            noop = await wake_figure(client, reader_client)
+            await wake_figure(client, reader_client)
             await pause_figure(client)
-            await list_figure(client, db_url, noop)
+            await list_figure(client, db_url)
 
 
 async def main() -> None:

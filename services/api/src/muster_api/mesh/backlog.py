@@ -38,4 +38,4 @@ async def backlog(
     page = await call.mesh.backlog(
         include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
     )
-    return conditional(request, page)
+    return conditional(request, page.model_dump_json().encode())

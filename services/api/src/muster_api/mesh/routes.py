@@ -166,10 +166,6 @@ async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]
     return answer(result)
 
 
-# Computed from the clock at each request: left out of the directory's ETag (the timestamps beside them are in it).
-AGES = {"agents": {"__all__": {"status_age_seconds", "heartbeat_age_seconds"}}}
-
-
 @router.get(
     "/agents",
     openapi_extra=READ_DOC,
@@ -187,10 +183,11 @@ async def list_agents(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Annotated[AgentId | None, Query(description="`next_cursor` of the previous page.")] = None,
 ) -> Response:
-    page = await call.mesh.list_agents(
+    page = await call.mesh.directory(
         token=call.token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
     )
-    return conditional(request, page, ignore=AGES)
+    # The ages move with the clock: the tag covers the rest (the timestamps they are computed from included).
+    return conditional(request, page.fingerprint(), page.json)
 
 
 @router.get(

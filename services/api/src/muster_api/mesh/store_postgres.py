@@ -3,21 +3,24 @@ inbox entries and the NOTIFY in one statement; for a direct send, the recipient'
 read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on its own,
 and BEGIN and COMMIT would be two more round trips).
 
-The read runs on the asyncpg connection under the pooled one: through SQLAlchemy's adapter, compiling the statement
-and processing its rows cost more CPU than PostgreSQL spends running it."""
+The inbox read and a directory page run on the asyncpg connection under the pooled one: through SQLAlchemy's adapter,
+compiling the statement and processing its rows cost more CPU than PostgreSQL spends running it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy import Select, TextClause, bindparam, text
+from sqlalchemy.engine import Dialect as SaDialect
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values
 from muster_api.mesh.tables import agents, messages
-from muster_mesh import AgentRecord, InboxEntry, MessageRecord
+from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 
 _ADD_MESSAGE_SQL = """
 WITH m AS (
@@ -65,7 +68,35 @@ _DELIVER_HANDED = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :head |
 _DELIVER_QUIET = text(_DELIVER_SQL.format(notify="")).bindparams(_SENT_AT, _LIVE_AT)
 
 
+@lru_cache(maxsize=64)
+def _driver_select(stmt: Select[Any], dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
+    """A select compiled once for asyncpg: its SQL and the names of its positional parameters, in order."""
+    compiled = stmt.compile(dialect=dialect)
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+async def _fetch_on_driver(conn: AsyncConnection, sql: str, *args: Any) -> list[Any]:
+    """Rows of one statement run on the asyncpg connection under ``conn`` (no SQLAlchemy statement or result
+    processing)."""
+    driver = (await conn.get_raw_connection()).driver_connection
+    assert driver is not None
+    try:
+        return list(await driver.fetch(sql, *args))
+    except BaseException:
+        # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
+        with anyio.CancelScope(shield=True):
+            await conn.invalidate()
+        raise
+
+
 class PostgresMeshTx(SqlMeshTx):
+    async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
+        # On the asyncpg connection: SQLAlchemy's execution and row machinery cost more than the statement (the
+        # parameters need no processing: asyncpg takes the aware datetimes as they are).
+        stmt, params = self._list_query(where, after, limit)
+        sql, names = _driver_select(stmt, self._conn.dialect)
+        return [agent_from(r) for r in await _fetch_on_driver(self._conn, sql, *(params[n] for n in names))]
+
     async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
         stmt, wake = self._deliver_statement(message, to)
         row = (
@@ -195,15 +226,7 @@ class PostgresMeshStore(SqlMeshStore):
         """One autocommit statement on the asyncpg connection under a pooled one (no SQLAlchemy statement or result
         processing)."""
         async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            try:
-                return list(await driver.fetch(sql, *args))
-            except BaseException:
-                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
-                with anyio.CancelScope(shield=True):
-                    await conn.invalidate()
-                raise
+            return await _fetch_on_driver(conn, sql, *args)
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int

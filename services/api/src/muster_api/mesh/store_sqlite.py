@@ -9,8 +9,8 @@ the core's statements, so both paths run the same text.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
+from contextlib import asynccontextmanager
+from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
@@ -25,7 +25,6 @@ from muster_api.mesh.store import (
     BUMP_ONE,
     INSERT_INBOX,
     INSERT_MESSAGE,
-    RENEW_BY_TOKEN,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
@@ -36,9 +35,10 @@ from muster_api.mesh.tables import agents
 from muster_mesh import AgentFilter, AgentRecord, MessageRecord
 
 _NAMED = sqlite_dialect.dialect(paramstyle="named")
-# UTCDateTime's bind processing for SQLite (UTC, naive, SQLAlchemy's stored text format): the stored text and the
-# compared text must be the same on both paths.
+# UTCDateTime's and JSONDocument's bind processing for SQLite (SQLAlchemy's stored text formats): the stored text and
+# the compared text must be the same on both paths.
 _TIME = agents.c.expires_at.type.dialect_impl(_NAMED).bind_processor(_NAMED)
+_JSON = agents.c.caps.type.dialect_impl(_NAMED).bind_processor(_NAMED)
 
 
 def _time(value: datetime) -> str:
@@ -46,10 +46,20 @@ def _time(value: datetime) -> str:
     return str(_TIME(value))
 
 
+def _bound(value: Any) -> Any:
+    """A parameter of a mesh statement as SQLAlchemy binds it on SQLite (datetimes and JSON lists become text)."""
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, list):
+        assert _JSON is not None
+        return _JSON(value)
+    return value
+
+
 class DriverStatement:
     """A statement compiled once for the driver, with the names of the columns it returns."""
 
-    def __init__(self, stmt: UpdateBase) -> None:
+    def __init__(self, stmt: UpdateBase | Select[Any]) -> None:
         self.sql = str(stmt.compile(dialect=_NAMED))
         self.names = tuple(c.name for c in stmt.exported_columns)
 
@@ -65,7 +75,7 @@ def _driver_select(stmt: Select[Any]) -> tuple[str, tuple[str, ...], dict[str, A
     return str(compiled), tuple(stmt.selected_columns.keys()), dict(compiled.params)
 
 
-_RENEW = DriverStatement(RENEW_BY_TOKEN)
+_driver_statement = lru_cache(maxsize=64)(DriverStatement)
 _BUMP_ONE = DriverStatement(BUMP_ONE)
 _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
 _INSERT_INBOX = DriverStatement(INSERT_INBOX)
@@ -82,16 +92,11 @@ class SqliteMeshTx(SqlMeshTx):
             self._driver = (await self._conn.get_raw_connection()).driver_connection
         return self._driver
 
-    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int) -> AgentRecord | None:
-        at = _time(now)
-        params = {
-            "p_hash": token_hash,
-            "p_now": at,
-            "p_ttl": ttl,
-            "p_seen": at,
-            "p_exp": _time(now + timedelta(seconds=ttl)),
-        }
-        rows = await _RENEW.rows(await self._aiosqlite(), params)
+    async def _first_agent(self, stmt: Any, params: Mapping[str, Any]) -> AgentRecord | None:
+        # Every one-agent statement (a read, a lease renewal, a check-in's UPDATE … RETURNING) in one hop to
+        # aiosqlite's thread, where SQLAlchemy's cursor adapter takes three or four, all inside the write lock.
+        bound = {name: _bound(value) for name, value in params.items()}
+        rows = await _driver_statement(stmt).rows(await self._aiosqlite(), bound)
         return agent_from(rows[0]) if rows else None
 
     async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
@@ -134,19 +139,34 @@ class SqliteMeshStore(SqlMeshStore):
         self._serial = anyio.Lock()
         self._held: AsyncConnection | None = None
 
+    async def _connection(self) -> AsyncConnection:
+        if self._held is None or self._held.closed or self._held.invalidated:
+            self._held = await self.engine.connect()
+        return self._held
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
         async with self._serial:
-            if self._held is None or self._held.closed or self._held.invalidated:
-                self._held = await self.engine.connect()
-            conn = self._held
+            conn = await self._connection()
             async with conn.begin():
                 yield self.tx_class(conn, self)
 
-    def standalone(self) -> AbstractAsyncContextManager[SqlMeshTx]:
-        # One writer at a time either way: a standalone statement queues like a transaction (and on the held
-        # connection, a transaction costs no round trip to the pool).
-        return self.transaction()
+    @asynccontextmanager
+    async def standalone(self) -> AsyncIterator[SqlMeshTx]:
+        # Queued like a transaction (one writer at a time either way), without BEGIN and COMMIT: each statement that
+        # runs on the driver connection commits alone, one hop to aiosqlite's thread instead of three. A statement
+        # that goes through SQLAlchemy begins a transaction, ended here.
+        async with self._serial:
+            conn = await self._connection()
+            try:
+                yield self.tx_class(conn, self)
+            except BaseException:
+                if conn.in_transaction():
+                    with anyio.CancelScope(shield=True):
+                        await conn.rollback()
+                raise
+            if conn.in_transaction():
+                await conn.commit()
 
     async def aclose(self) -> None:
         async with self._serial:
