@@ -146,27 +146,31 @@ class SqliteMeshStore(SqlMeshStore):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SqlMeshTx]:
-        async with self._serial:
-            conn = await self._connection()
-            async with conn.begin():
-                yield self.tx_class(conn, self)
+        # Shielded: a cancellation (a client closing its stream or long-poll) delivered while a statement is with
+        # aiosqlite's thread makes SQLAlchemy drop the connection halfway, its write lock still held, and the next
+        # writer waits out the busy timeout ("database is locked"). These blocks are a few statements, never a wait.
+        with anyio.CancelScope(shield=True):
+            async with self._serial:
+                conn = await self._connection()
+                async with conn.begin():
+                    yield self.tx_class(conn, self)
 
     @asynccontextmanager
     async def standalone(self) -> AsyncIterator[SqlMeshTx]:
         # Queued like a transaction (one writer at a time either way), without BEGIN and COMMIT: each statement that
         # runs on the driver connection commits alone, one hop to aiosqlite's thread instead of three. A statement
         # that goes through SQLAlchemy begins a transaction, ended here.
-        async with self._serial:
-            conn = await self._connection()
-            try:
-                yield self.tx_class(conn, self)
-            except BaseException:
-                if conn.in_transaction():
-                    with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True):  # as a transaction is, for the same reason
+            async with self._serial:
+                conn = await self._connection()
+                try:
+                    yield self.tx_class(conn, self)
+                except BaseException:
+                    if conn.in_transaction():
                         await conn.rollback()
-                raise
-            if conn.in_transaction():
-                await conn.commit()
+                    raise
+                if conn.in_transaction():
+                    await conn.commit()
 
     async def aclose(self) -> None:
         async with self._serial:
