@@ -167,6 +167,11 @@ async def test_steer_a_running_claude_turn(
         async with dispatch_app(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, agents) as client:
             run = await start(client, agent="claude", prompt="Say hello", workspace="s")
             seen = await _until(client, run["id"], "conversation")
+            # Steered only once the CLI asked for the held answer: steered before that, the resumed turn would take
+            # the first planned answer itself.
+            with anyio.fail_after(60):
+                while not fake_anthropic.script.model_requests():
+                    await anyio.sleep(0.05)
             response = await client.post(f"/dispatch/runs/{run['id']}/steer", json={"text": "Actually, say goodbye"})
             assert response.status_code == 202
             stream = await read_sse(client, run["id"], last_event_id=seen, stop_after=1)
