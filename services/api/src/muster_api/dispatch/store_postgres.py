@@ -18,7 +18,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, Integer, bindparam, column, exists, func, insert, select, text, update
+from sqlalchemy import Boolean, Integer, bindparam, column, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
@@ -26,7 +26,7 @@ from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier
 from muster_api.dispatch.store import SqlRunStore, run_of
-from muster_api.dispatch.tables import controls, runs
+from muster_api.dispatch.tables import runs
 from muster_dispatch import Observation
 
 # The batch as five arrays: one prepared statement whatever the batch size.
@@ -63,26 +63,38 @@ _FINISH = text(
     _FINISH_SQL.format(claim="", select="SELECT pg_notify(:channel, :payload), (SELECT count(*) FROM stored) FROM done")
 ).bindparams(_FINISHED_AT)
 
-# The same, and the oldest queued run claimed for the same owner as ``claim`` does it. One row: whether the end was
-# stored (``finished``), then the claimed run's columns (NULL when none was queued).
-_CLAIM_SQL = """, told AS (
-    SELECT pg_notify(:channel, :payload) FROM done
-), claimed AS (
+# The oldest queued run, claimed for an owner; whether controls wait for it. Nobody waits for a run to start (readers
+# wait for events or the end): a claim notifies nobody.
+_CLAIMED_SQL = """claimed AS (
     UPDATE dispatch_runs SET status = 'running', worker = :owner, started_at = :now, lease_expires_at = :until
     WHERE id = (SELECT id FROM dispatch_runs WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
         AND status = 'queued'
     RETURNING {columns},
         EXISTS (SELECT 1 FROM dispatch_controls WHERE dispatch_controls.run_id = dispatch_runs.id) AS has_controls
 )"""
+_CLAIMED = _CLAIMED_SQL.format(columns=", ".join(column.name for column in runs.columns))
+_WITH_CLAIMED = """WITH {claimed}
+SELECT * FROM claimed"""
+_TOLD = """, told AS (
+    SELECT pg_notify(:channel, :payload) FROM done
+), {claimed}"""
+_CLAIM_TIMES = (bindparam("now", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime()))
+_CLAIM = (
+    text(_WITH_CLAIMED.format(claimed=_CLAIMED))
+    .bindparams(*_CLAIM_TIMES)
+    .columns(*runs.columns, column("has_controls", Boolean))
+)
+# ``finish`` and ``claim`` at once. One row: whether the end was stored (``finished``), then the claimed run's columns
+# (NULL when none was queued).
 _FINISH_AND_CLAIM = (
     text(
         _FINISH_SQL.format(
-            claim=_CLAIM_SQL.format(columns=", ".join(column.name for column in runs.columns)),
+            claim=_TOLD.format(claimed=_CLAIMED),
             select="SELECT (SELECT count(*) FROM told) AS finished, claimed.*\n"
             "FROM (SELECT (SELECT count(*) FROM stored)) AS one LEFT JOIN claimed ON true",
         )
     )
-    .bindparams(_FINISHED_AT, bindparam("now", type_=UTCDateTime()), bindparam("until", type_=UTCDateTime()))
+    .bindparams(_FINISHED_AT, *_CLAIM_TIMES)
     .columns(column("finished", Integer), *runs.columns, column("has_controls", Boolean))
 )
 
@@ -102,6 +114,12 @@ def _arrays(batch: list[Observation]) -> dict[str, list[Any]]:
         "scopes": [json.dumps(o.scope) for o in batch],
         "events": [json.dumps(o.event) for o in batch],
     }
+
+
+def _claimed(row: dict[str, Any]) -> tuple[Run, bool]:
+    """A claimed run and whether controls wait for it, from the columns ``_CLAIMED`` returns."""
+    has_controls = bool(row.pop("has_controls"))
+    return run_of(row), has_controls
 
 
 class PostgresRunStore(SqlRunStore):
@@ -124,28 +142,9 @@ class PostgresRunStore(SqlRunStore):
         return run_of(values)
 
     async def claim(self, owner: str, now: datetime, until: datetime) -> tuple[Run, bool] | None:
-        # Nobody waits for a run to start (readers wait for events or the end): the claim notifies nobody.
-        candidate = (
-            select(runs.c.id)
-            .where(runs.c.status == "queued")
-            .order_by(runs.c.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        stmt = (
-            update(runs)
-            .where(runs.c.id == candidate, runs.c.status == "queued")
-            .values(status="running", worker=owner, started_at=now, lease_expires_at=until)
-            .returning(*runs.columns, exists().where(controls.c.run_id == runs.c.id).label("has_controls"))
-        )
         async with self.autocommit.connect() as conn:
-            row = (await conn.execute(stmt)).mappings().first()
-        if row is None:
-            return None
-        values = dict(row)
-        has_controls = bool(values.pop("has_controls"))
-        return run_of(values), has_controls
+            row = (await conn.execute(_CLAIM, {"owner": owner, "now": now, "until": until})).mappings().first()
+        return _claimed(dict(row)) if row is not None else None
 
     async def finish(
         self,
@@ -180,8 +179,7 @@ class PostgresRunStore(SqlRunStore):
         changed = bool(row.pop("finished"))
         if changed:
             self.notifier.hand(run_id, last_events, end)
-        has_controls = bool(row.pop("has_controls"))
-        return changed, (run_of(row), has_controls) if row["id"] is not None else None
+        return changed, _claimed(row) if row["id"] is not None else None
 
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
         params = {**_arrays(batch), "run_id": run_id, **self._handing(run_id, batch)}
