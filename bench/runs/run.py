@@ -43,7 +43,7 @@ import bench_agents  # noqa: E402
 from cpu import CpuMeter, Group, postgres_backends, process_cpu, thread_cpu  # noqa: E402
 from muster_dispatch import AgentInput, Journal, custom_agent, dispatch  # noqa: E402
 from pg import fresh_postgres  # noqa: E402
-from serving import free_port, wait_ready  # noqa: E402
+from serving import READY_WITHIN, free_port, wait_ready  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
 RUNS = 100
@@ -117,7 +117,7 @@ class Cluster:
     def worker(self, name: str) -> subprocess.Popen[bytes]:
         env = {**self.env, "MUSTER_DISPATCH_WORKERS": "1", "MUSTER_LOG_LEVEL": "INFO"}
         proc = self._spawn(["worker"], env, name)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + READY_WITHIN
         while "worker(s) ready" not in (self.tmp / f"{name}.log").read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start")
