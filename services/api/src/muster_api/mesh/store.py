@@ -130,7 +130,7 @@ GET_IDEMPOTENCY = select(idempotency).where(
 _RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at")
 
 
-def _time(value: datetime | str) -> datetime:
+def stored_time(value: datetime | str) -> datetime:
     """A stored datetime, whether the driver decoded it or handed over its stored text (UTC either way)."""
     if isinstance(value, datetime):
         return value
@@ -161,9 +161,9 @@ def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
         caps=_caps(m["caps"]),
         status=m["status"],
         ttl_seconds=m["ttl_seconds"],
-        last_seen_at=_time(m["last_seen_at"]),
-        status_since=_time(m["status_since"]),
-        expires_at=_time(m["expires_at"]),
+        last_seen_at=stored_time(m["last_seen_at"]),
+        status_since=stored_time(m["status_since"]),
+        expires_at=stored_time(m["expires_at"]),
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
@@ -618,4 +618,4 @@ class SqlMeshStore:
         """Give back whatever the store holds beyond the pool (before the engine is disposed)."""
 
 
-__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from"]
+__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from", "stored_time"]
