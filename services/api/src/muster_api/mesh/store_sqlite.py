@@ -48,7 +48,8 @@ log = logging.getLogger("muster.mesh")
 # pooled connection (its own thread), after every CHECKPOINT_EVERY writes of the store. Left to SQLite, the commit
 # that grows the WAL past 1,000 pages checkpoints inline: it copies the pages and syncs both files, milliseconds to
 # a hundred on a busy disk, paid by whichever send or check-in it was. The held connection's own automatic checkpoint
-# stays as a backstop, at a size the background one keeps the WAL well below.
+# stays as a backstop: under writes that never pause the background one never catches up with the last frames, the
+# WAL cannot start over, and it grows to the backstop, where one commit checkpoints the little left and restarts it.
 CHECKPOINT_EVERY = 100
 BACKSTOP_CHECKPOINT_PAGES = 10_000
 
