@@ -18,6 +18,7 @@ import anyio
 import httpx
 
 PROCESSES = 4
+FAILED = -1
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,11 @@ async def _run(base: str, calls: list[Call], seconds: float, barrier: Barrier) -
 
 
 def _process(base: str, calls: list[Call], seconds: float, barrier: Barrier, out: mp.SimpleQueue[int]) -> None:
-    out.put(anyio.run(_run, base, calls, seconds, barrier))
+    try:
+        out.put(anyio.run(_run, base, calls, seconds, barrier))
+    except BaseException:
+        out.put(FAILED)  # the parent waits for every process's count: it must not wait for this one forever
+        raise
 
 
 def rate(base: str, calls: list[Call], seconds: float, processes: int = PROCESSES) -> float:
@@ -73,7 +78,10 @@ def rate(base: str, calls: list[Call], seconds: float, processes: int = PROCESSE
     try:
         barrier.wait(timeout=120)
         started = time.perf_counter()
-        done = sum(out.get() for _ in workers)
+        counts = [out.get() for _ in workers]
+        if FAILED in counts:
+            raise RuntimeError("a load generator process failed (its traceback is above)")
+        done = sum(counts)
         return done / max(time.perf_counter() - started, seconds)
     finally:
         for worker in workers:
