@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import anyio
 
+from muster_mesh.directory import ShownRow, shown_row
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -141,6 +142,9 @@ class _MemoryTx:
                 if len(found) == limit:
                     break
         return found
+
+    async def directory_rows(self, where: AgentFilter, *, after: str | None, limit: int) -> list[ShownRow]:
+        return [shown_row(a) for a in await self.list_agents(where, after=after, limit=limit)]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         return [self._s.agents[i] for i in sorted(set(agent_ids)) if i in self._s.agents]

@@ -21,9 +21,9 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 import anyio.lowlevel
 from pydantic import BaseModel
-from pydantic_core import to_json
 
 from muster_mesh.clock import Clock, system_clock
+from muster_mesh.directory import DirectoryPage
 from muster_mesh.errors import (
     AgentNotFound,
     IdempotencyConflict,
@@ -167,49 +167,6 @@ def view_fields(agent: AgentRecord, now: datetime) -> dict[str, Any]:
 
 def view(agent: AgentRecord, now: datetime) -> AgentView:
     return AgentView.model_validate(view_fields(agent, now))
-
-
-@dataclass(frozen=True, slots=True)
-class DirectoryPage:
-    """A page of the directory as read, and the instant its ages and ``alive`` are computed at.
-
-    ``json`` is its ``AgentList`` as JSON without building the models: validating a page of a hundred agents the mesh
-    built itself costs as much as encoding it. ``fingerprint`` is what the page says apart from the ages (they move
-    with the clock), for a conditional GET."""
-
-    agents: list[AgentRecord]
-    now: datetime
-    next_cursor: str | None
-
-    def _fields(self) -> dict[str, Any]:
-        return {"agents": [view_fields(a, self.now) for a in self.agents], "next_cursor": self.next_cursor}
-
-    def model(self) -> AgentList:
-        return AgentList.model_validate(self._fields())
-
-    def json(self) -> bytes:
-        # The same bytes as ``model().model_dump_json()``: the fields in AgentView's order, each value of its field's
-        # type, encoded by the same pydantic-core encoder.
-        return to_json(self._fields())
-
-    def fingerprint(self) -> bytes:
-        now = self.now
-        shown = [
-            (
-                a.agent_id,
-                a.role,
-                a.repo,
-                a.caps,
-                a.status,
-                a.status_since,
-                a.last_seen_at,
-                a.expires_at,
-                a.ttl_seconds,
-                a.live_at(now),
-            )
-            for a in self.agents
-        ]
-        return to_json([shown, self.next_cursor])
 
 
 def _fingerprint(operation: str, payload: dict[str, Any]) -> str:
@@ -504,9 +461,9 @@ class Mesh:
         async with self.store.transaction() if token is not None else self.store.standalone() as tx:
             if token is not None:
                 await self._caller(tx, token, now, renew=True)
-            rows = await tx.list_agents(where, after=cursor, limit=limit + 1)
+            rows = await tx.directory_rows(where, after=cursor, limit=limit + 1)
         shown = rows[:limit]
-        return DirectoryPage(shown, now, shown[-1].agent_id if len(rows) > limit else None)
+        return DirectoryPage(shown, now, shown[-1][0] if len(rows) > limit else None)
 
     async def backlog(
         self,

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
 
+from muster_mesh.directory import ShownRow
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -66,6 +67,9 @@ class MeshTx(Protocol):
 
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         """Up to ``limit`` matching agents with agent_id > ``after``, in agent_id order."""
+
+    async def directory_rows(self, where: AgentFilter, *, after: str | None, limit: int) -> list[ShownRow]:
+        """``list_agents`` as a directory page shows it (``muster_mesh.directory``)."""
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         """Lock these agent rows (always in agent_id order, so concurrent fan-outs cannot deadlock)."""

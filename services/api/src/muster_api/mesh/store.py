@@ -12,9 +12,9 @@ Python time than SQLite takes to run it.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, ClassVar, Protocol
@@ -54,6 +54,7 @@ from muster_mesh import (
     SweepPolicy,
     SweepReport,
 )
+from muster_mesh.directory import ShownRow, shown_row
 
 # How many token → ttl hints to keep (see SqlMeshStore); past it the map starts over.
 MAX_HINTS = 50_000
@@ -261,10 +262,12 @@ def _page_column(column: Column[Any]) -> ColumnElement[Any]:
 
 
 @lru_cache(maxsize=64)
-def _list_statement(dialect: Dialect, live: bool, role: bool, repo: bool, cap: bool, after: bool) -> Select[Any]:
-    """A directory page for this filter shape, built once; the JSON and datetime columns come back as the driver
-    decodes them (``_RAW_COLUMNS``)."""
-    columns = [_page_column(c) for c in agents.c]
+def _list_statement(
+    dialect: Dialect, live: bool, role: bool, repo: bool, cap: bool, after: bool, shown: ShownColumns | None = None
+) -> Select[Any]:
+    """A directory page for this filter shape, built once: whole rows, the JSON and datetime columns as the driver
+    decodes them (``_RAW_COLUMNS``), or the columns a page shows (``shown``: see ``directory_rows``)."""
+    columns = list(shown) if shown is not None else [_page_column(c) for c in agents.c]
     # agent_id is unique, so the second key changes no order: it names ix_mesh_agents_roster as the one index that
     # gives this order without a sort. Ordered by agent_id alone, PostgreSQL's planner walks the primary key from
     # some cursors (its estimate within 1% of the roster's, and cheaper to start) and fetches each expired row to
@@ -281,6 +284,36 @@ def _list_statement(dialect: Dialect, live: bool, role: bool, repo: bool, cap: b
     if after:
         stmt = stmt.where(agents.c.agent_id > bindparam("p_after"))
     return stmt
+
+
+@dataclass(frozen=True, eq=False)
+class ShownColumns:
+    """The columns of a ``ShownRow``, in its order, as one database renders them. Compared by identity: a statement
+    cache key (SQL expressions overload ``==``)."""
+
+    columns: tuple[ColumnElement[Any], ...]
+
+    def __iter__(self) -> Iterator[ColumnElement[Any]]:
+        return iter(self.columns)
+
+
+def shown_columns(timestamp: Callable[[str], tuple[ColumnElement[Any], ColumnElement[Any]]]) -> ShownColumns:
+    """The columns of a ``ShownRow``; ``timestamp`` renders a datetime column (by name) as its JSON value and its
+    microseconds since the epoch."""
+    c = agents.c
+    return ShownColumns(
+        (
+            c.agent_id,
+            c.role,
+            c.repo,
+            cast(c.caps, Text).label("caps"),
+            c.status,
+            *timestamp("status_since"),
+            *timestamp("last_seen_at"),
+            *timestamp("expires_at"),
+            c.ttl_seconds,
+        )
+    )
 
 
 def _rowcount(result: Any) -> int:
@@ -412,7 +445,9 @@ class SqlMeshTx:
     async def end_lease(self, agent_id: str, now: datetime) -> None:
         await self._conn.execute(END_LEASE, {"p_id": agent_id, "p_now": now})
 
-    def _list_query(self, where: AgentFilter, after: str | None, limit: int) -> tuple[Select[Any], dict[str, Any]]:
+    def _list_query(
+        self, where: AgentFilter, after: str | None, limit: int, shown: ShownColumns | None = None
+    ) -> tuple[Select[Any], dict[str, Any]]:
         # Walks ix_mesh_agents_roster in agent_id order from the cursor and stops at the page's end.
         stmt = _list_statement(
             self._store.dialect,
@@ -421,6 +456,7 @@ class SqlMeshTx:
             where.repo is not None,
             where.cap is not None,
             after is not None,
+            shown,
         )
         params = {
             "p_live": where.live_at,
@@ -435,6 +471,11 @@ class SqlMeshTx:
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         stmt, params = self._list_query(where, after, limit)
         return [agent_from(r._mapping) for r in (await self._conn.execute(stmt, params)).all()]
+
+    async def directory_rows(self, where: AgentFilter, *, after: str | None, limit: int) -> list[ShownRow]:
+        """Portable: from whole records. The SQLite and PostgreSQL stores read only the shown columns, rendered by
+        the database."""
+        return [shown_row(a) for a in await self.list_agents(where, after=after, limit=limit)]
 
     async def lock_agents(self, agent_ids: Sequence[str]) -> list[AgentRecord]:
         ids = sorted(set(agent_ids))
@@ -621,4 +662,12 @@ class SqlMeshStore:
         """Give back whatever the store holds beyond the pool (before the engine is disposed)."""
 
 
-__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from", "stored_time"]
+__all__ = [
+    "ShownColumns",
+    "SqlMeshStore",
+    "SqlMeshTx",
+    "TransactionNotifier",
+    "agent_from",
+    "shown_columns",
+    "stored_time",
+]

@@ -14,13 +14,24 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import Select, TextClause, bindparam, text
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Select,
+    String,
+    TextClause,
+    bindparam,
+    literal_column,
+    text,
+    type_coerce,
+)
 from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values
+from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values, shown_columns
 from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
+from muster_mesh.directory import ShownRow
 
 _ADD_MESSAGE_SQL = """
 WITH m AS (
@@ -89,6 +100,18 @@ async def _fetch_on_driver(conn: AsyncConnection, sql: str, *args: Any) -> list[
         raise
 
 
+def _timestamp(name: str) -> tuple[ColumnElement[Any], ColumnElement[Any]]:
+    # The datetime as asyncpg decodes it (UTC-aware: pydantic-core encodes it), and its microseconds since the epoch
+    # (extract gives exact numeric seconds).
+    column = getattr(agents.c, name)
+    epoch_us = literal_column(f"CAST(extract(epoch FROM mesh_agents.{name}) * 1000000 AS bigint)", BigInteger)
+    return type_coerce(column, String).label(name), epoch_us.label(f"{name}_us")
+
+
+# A directory page's rows come out of asyncpg ready to encode.
+_SHOWN = shown_columns(_timestamp)
+
+
 class PostgresMeshTx(SqlMeshTx):
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         # On the asyncpg connection: SQLAlchemy's execution and row machinery cost more than the statement (the
@@ -96,6 +119,11 @@ class PostgresMeshTx(SqlMeshTx):
         stmt, params = self._list_query(where, after, limit)
         sql, names = _driver_select(stmt, self._conn.dialect)
         return [agent_from(r) for r in await _fetch_on_driver(self._conn, sql, *(params[n] for n in names))]
+
+    async def directory_rows(self, where: AgentFilter, *, after: str | None, limit: int) -> list[ShownRow]:
+        stmt, params = self._list_query(where, after, limit, _SHOWN)
+        sql, names = _driver_select(stmt, self._conn.dialect)
+        return [tuple(r) for r in await _fetch_on_driver(self._conn, sql, *(params[n] for n in names))]
 
     async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
         stmt, wake = self._deliver_statement(message, to)
