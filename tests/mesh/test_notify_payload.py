@@ -99,14 +99,15 @@ async def test_wake_ups_published_meanwhile_leave_in_one_statement() -> None:
 
         notifier._notify_now = record  # type: ignore[method-assign]
         sent = message("hi")
-        async with anyio.create_task_group() as tg:
-            for n in range(1, 11):
-                tg.start_soon(notifier.publish, [f"agent-{n:02d}"], {f"agent-{n:02d}": InboxEntry(n, sent)})
-                while len(statements) < 1:  # the first publish's statement is under way before the others come
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(1, 11):
+                    tg.start_soon(notifier.publish, [f"agent-{n:02d}"], {f"agent-{n:02d}": InboxEntry(n, sent)})
+                    while len(statements) < 1:  # the first publish's statement is under way before the others come
+                        await anyio.sleep(0)
+                while len(notifier._queued) < 9:
                     await anyio.sleep(0)
-            while len(notifier._queued) < 9:
-                await anyio.sleep(0)
-            release.set()
+                release.set()
         assert [len(s) for s in statements] == [1, 9], "the first alone, then everything queued while it ran"
         assert '"agent-01":1' in statements[0][0] and all(
             p.startswith(f"{notifier.instance}|{{") for p in statements[1]
@@ -122,15 +123,22 @@ async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: P
     db_url = postgres_server.create(migrated=True)
     engine = create_engine(Settings(database_url=db_url).database_url)
     try:
-        listening, heard = PgNotifier(engine), anyio.Event()
+        listening = PgNotifier(engine)
         seen: list[str] = []
+        listening._on_notify = lambda _conn, _pid, _channel, payload: seen.append(payload)  # type: ignore[method-assign]
 
-        def hear(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-            seen.append(payload)
-            if payload == "sentinel":
-                heard.set()
+        async def everything_heard(sentinel: str) -> list[str]:
+            # Notifications arrive in commit order: once the sentinel is heard, all committed before it were too.
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": listening.channel, "p": sentinel})
+                await conn.commit()
+            with anyio.fail_after(10):
+                while sentinel not in seen:
+                    await anyio.sleep(0.01)
+            heard = seen[: seen.index(sentinel)]
+            seen.clear()
+            return heard
 
-        listening._on_notify = hear  # type: ignore[method-assign]
         async with anyio.create_task_group() as tg:
             await tg.start(listening.run)
             store = make_store(engine, dialect_of(engine))
@@ -139,18 +147,12 @@ async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: P
             alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
             assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord) and alice.token
             await mesh.send(SendRequest(to="bob", body="warm the token's hints", confirm=True), token=alice.token)
-            seen.clear()
+            assert len(await everything_heard("first")) == 1, "the send's wake-up, published after its commit"
             entry = await store.renew_and_deliver(
                 token_hash(alice.token), "bob", datetime.now(UTC), message_id="m2", body="quiet", thread_id=None
             )
             assert entry is not None and entry.seq == 2, "stored in one statement"
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT pg_notify(:c, 'sentinel')"), {"c": listening.channel})
-                await conn.commit()
-            with anyio.fail_after(10):
-                await heard.wait()
-            # Notifications arrive in commit order: the statement committed before the sentinel and sent none.
-            assert seen == ["sentinel"]
+            assert await everything_heard("second") == [], "the statement that stored it notified no one"
             tg.cancel_scope.cancel()
     finally:
         await engine.dispose()
