@@ -7,6 +7,9 @@ instances, each with a ratio against a baseline measured in the same run.
    ``muster_dispatch.dispatch()`` one run after the other in this process (with an in-memory journal). Clients at once
    keep the queue from running dry: one client posting and following one run after the other measures its own round
    trips, not what the workers get through. Goal with one worker on PostgreSQL: ratio >= 0.5.
+   Beside it, the CPU a run costs each process (this one — the clients —, each API and worker process, the
+   database's PostgreSQL backends), and the ceiling that puts on runs per second with this machine's cores, whatever
+   overlaps; and the CPU of one no-op HTTP exchange (client + API): a run is two (POST, stream), a floor for its cost.
 2. SSE event latency p50/p99: a run's agent stamps each of its events with the wall clock as it yields it; a client
    of the OTHER API instance (the run posted to the first) receives them over SSE; latency = receipt - stamp. Against
    the no-op round trip (``GET /healthz``) of that same instance. Goal: p99 <= 3x.
@@ -27,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import httpx
@@ -36,15 +40,17 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 import bench_agents  # noqa: E402
 
+from cpu import CpuMeter, Group, postgres_backends, process_cpu, thread_cpu  # noqa: E402
 from muster_dispatch import AgentInput, Journal, custom_agent, dispatch  # noqa: E402
 from pg import fresh_postgres  # noqa: E402
-from serving import free_port, wait_ready  # noqa: E402
+from serving import READY_WITHIN, free_port, wait_ready  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
 RUNS = 100
 WARMUP = 10
 NOOP_SAMPLES = 400
 CLIENTS = 8
+CORES = os.cpu_count() or 1
 AGENTS = {
     "twenty": {"kind": "custom", "entrypoint": "bench_agents:twenty"},
     "ticker": {"kind": "custom", "entrypoint": "bench_agents:ticker"},
@@ -81,11 +87,14 @@ class Cluster:
             "PYTHONPATH": str(HERE),
         }
         self.stack = ExitStack()
+        self.pids: dict[str, int] = {}
+        self.database = db_url.rpartition("/")[2] if db_url.startswith("postgresql") else None
 
     def _spawn(self, args: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
         log = (self.tmp / f"{name}.log").open("wb")
         self.stack.callback(log.close)
         proc = subprocess.Popen([str(MUSTER), *args], env=env, stdout=log, stderr=log)
+        self.pids[name] = proc.pid
 
         def stop() -> None:
             proc.terminate()
@@ -108,12 +117,23 @@ class Cluster:
     def worker(self, name: str) -> subprocess.Popen[bytes]:
         env = {**self.env, "MUSTER_DISPATCH_WORKERS": "1", "MUSTER_LOG_LEVEL": "INFO"}
         proc = self._spawn(["worker"], env, name)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + READY_WITHIN
         while "worker(s) ready" not in (self.tmp / f"{name}.log").read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start")
             time.sleep(0.05)
         return proc
+
+    def meter(self, only: list[str] | None = None) -> CpuMeter:
+        """The CPU of this process (the clients), of each server process, and of the database's backends (or of the
+        groups named in ``only``)."""
+        groups: dict[str, Group] = {"client": (lambda: [os.getpid()], process_cpu)}
+        for name, pid in self.pids.items():
+            groups[name] = (lambda pid=pid: [pid], process_cpu)  # type: ignore[misc]
+        if self.database is not None:
+            database = self.database
+            groups["PostgreSQL"] = (lambda: postgres_backends(database), thread_cpu)
+        return CpuMeter({name: group for name, group in groups.items() if only is None or name in only})
 
 
 async def until_over(client: httpx.AsyncClient, run_id: str) -> None:
@@ -130,7 +150,21 @@ async def post(client: httpx.AsyncClient, agent: str, workspace: str) -> str:
     return run_id
 
 
-async def api_throughput(client: httpx.AsyncClient, tag: str) -> float:
+class Throughput(NamedTuple):
+    runs_per_s: float
+    cpu_ms: dict[str, float]  # CPU milliseconds per run, by process (group)
+
+    @property
+    def total_cpu_ms(self) -> float:
+        return sum(self.cpu_ms.values())
+
+    @property
+    def ceiling(self) -> float:
+        """The runs per second this machine's cores could give at most, at this CPU cost per run."""
+        return CORES * 1000 / self.total_cpu_ms if self.total_cpu_ms else float("inf")
+
+
+async def api_throughput(client: httpx.AsyncClient, tag: str, meter: CpuMeter) -> Throughput:
     for index in range(WARMUP):
         await until_over(client, await post(client, "twenty", f"{tag}-warm{index}"))
     ids: list[str] = []
@@ -142,36 +176,64 @@ async def api_throughput(client: httpx.AsyncClient, tag: str) -> float:
             ids.append(run_id)
             await until_over(client, run_id)
 
+    meter.start()
     started = time.perf_counter()
     async with anyio.create_task_group() as group:
         for index in range(RUNS):
             group.start_soon(one, index)
     elapsed = time.perf_counter() - started
+    spent = meter.stop()
     page = (await client.get("/dispatch/runs", params={"status": "completed", "limit": 200})).json()
     assert sum(1 for r in page["runs"] if r["id"] in set(ids)) == RUNS, "every run completed"
-    return RUNS / elapsed
+    return Throughput(RUNS / elapsed, {name: seconds * 1000 / RUNS for name, seconds in spent.items()})
 
 
-async def local_throughput(tmp: Path) -> float:
+async def local_throughput(tmp: Path) -> Throughput:
     agent = custom_agent(bench_agents.twenty, name="twenty")
     workspace = tmp / "local"
     workspace.mkdir()
     for _ in range(WARMUP):
         await dispatch(agent, AgentInput("go"), workspace=workspace, journal=Journal()).result()
+    cpu = time.process_time()
     started = time.perf_counter()
     for _ in range(RUNS):
         result = await dispatch(agent, AgentInput("go"), workspace=workspace, journal=Journal()).result()
         assert result.status == "completed"
-    return RUNS / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    return Throughput(RUNS / elapsed, {"dispatch()": (time.process_time() - cpu) * 1000 / RUNS})
 
 
-async def noop_round_trip(client: httpx.AsyncClient) -> list[float]:
+def cpu_lines(label: str, measured: Throughput, local: Throughput, exchange_ms: float) -> None:
+    """Where a run's CPU goes, and the ceiling it puts on the runs per second of this machine: however the work
+    overlaps, CORES seconds of CPU a second is all there is. A run through the API is at least two HTTP exchanges
+    (its POST, its stream): twice the no-op's CPU is a floor no change behind the routes can go under."""
+    shares = ", ".join(f"{name} {ms:.2f}" for name, ms in measured.cpu_ms.items())
+    print(
+        f"    CPU per run (ms), {label}: {shares} = {measured.total_cpu_ms:.2f} "
+        f"(dispatch() in one process: {local.total_cpu_ms:.2f}; one no-op HTTP exchange, client + API: "
+        f"{exchange_ms:.2f})",
+        flush=True,
+    )
+    at_cost = CORES * local.total_cpu_ms / measured.total_cpu_ms if measured.total_cpu_ms else float("inf")
+    print(
+        f"    ceiling on {CORES} cores at that CPU: {measured.ceiling:.0f} run/s = ratio "
+        f"{measured.ceiling / local.runs_per_s:.2f} against dispatch() as measured, {at_cost:.2f} against dispatch() "
+        f"at its CPU per run ({CORES} x {local.total_cpu_ms:.2f} / {measured.total_cpu_ms:.2f}); two no-op "
+        f"exchanges alone: {CORES * local.total_cpu_ms / (2 * exchange_ms):.2f}",
+        flush=True,
+    )
+
+
+async def noop_round_trip(client: httpx.AsyncClient, meter: CpuMeter) -> tuple[list[float], float]:
+    """The no-op's round trips (ms), and the CPU one costs this client and the API process (ms)."""
     samples = []
+    meter.start()
     for _ in range(NOOP_SAMPLES):
         started = time.perf_counter()
         (await client.get("/healthz")).raise_for_status()
         samples.append((time.perf_counter() - started) * 1000)
-    return samples
+    spent = meter.stop()
+    return samples, sum(spent.values()) * 1000 / NOOP_SAMPLES
 
 
 async def sse_latency(first: httpx.AsyncClient, other: httpx.AsyncClient) -> list[float]:
@@ -208,21 +270,31 @@ async def run_on(label: str, db_url: str) -> None:
                 httpx.AsyncClient(base_url=first_url, timeout=120) as first,
                 httpx.AsyncClient(base_url=other_url, timeout=120) as other,
             ):
+                noop, exchange_ms = await noop_round_trip(other, group.meter(["client", "api-2"]))
                 group.worker("worker-1")
-                one = await api_throughput(first, "one")
+                one = await api_throughput(first, "one", group.meter())
                 ratio_line(
                     "runs/s, API + 1 worker",
-                    one,
+                    one.runs_per_s,
                     "run/s",
                     "dispatch() in one process",
-                    local,
+                    local.runs_per_s,
                     ">= 0.5x",
-                    one >= 0.5 * local,
+                    one.runs_per_s >= 0.5 * local.runs_per_s,
                 )
+                cpu_lines("1 worker", one, local, exchange_ms)
                 group.worker("worker-2")
-                two = await api_throughput(first, "two")
-                ratio_line("runs/s, API + 2 workers", two, "run/s", "dispatch() in one process", local, "(none)", True)
-                noop = await noop_round_trip(other)
+                two = await api_throughput(first, "two", group.meter())
+                ratio_line(
+                    "runs/s, API + 2 workers",
+                    two.runs_per_s,
+                    "run/s",
+                    "dispatch() in one process",
+                    local.runs_per_s,
+                    "(none)",
+                    True,
+                )
+                cpu_lines("2 workers", two, local, exchange_ms)
                 latencies = await sse_latency(first, other)
                 n50, n99 = pct(noop, 0.5), pct(noop, 0.99)
                 p50, p99 = pct(latencies, 0.5), pct(latencies, 0.99)

@@ -80,7 +80,7 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(db_url: str, *, ready_within: float = 30.0, **env: str) -> Iterator[ServerProcess]:
+def server_process(db_url: str, *, ready_within: float = 90.0, **env: str) -> Iterator[ServerProcess]:
     port = free_port()
     environ = {
         **os.environ,
@@ -108,7 +108,11 @@ def server_process(db_url: str, *, ready_within: float = 30.0, **env: str) -> It
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"server did not become ready within {ready_within:.0f} s")
+                process.kill()
+                _, err = process.communicate()
+                raise TimeoutError(
+                    f"server not ready within {ready_within:.0f} s: {err.decode(errors='replace')[-2000:]}"
+                )
             time.sleep(0.05)
         yield server
     finally:

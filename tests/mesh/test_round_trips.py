@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import anyio
 import pytest
 from sqlalchemy import event
@@ -20,7 +22,7 @@ from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, SendRequest, SendResult, Superseded
 from muster_mesh.clock import FakeClock
-from tests.support.databases import PostgresServer
+from tests.support.databases import PostgresServer, sqlite_copy
 
 pytestmark = pytest.mark.anyio
 
@@ -154,8 +156,37 @@ async def test_a_direct_send_opens_no_transaction_where_one_statement_does_it(db
             (3, "again 1", "alice"),
             (4, "again 2", "alice"),
         ]
-        # SQLite queues each send behind its one writer, in a transaction; PostgreSQL runs it as one statement.
-        assert len(begins) == (3 if dialect_of(engine).serial_writes else 0)
+        # PostgreSQL runs each send as one statement; SQLite as one call on the driver's thread (below).
+        assert begins == []
+
+
+async def test_a_direct_send_on_sqlite_is_one_trip_to_the_drivers_thread(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with mesh_on(sqlite_copy(sqlite_template, tmp_path / "muster.db")) as (mesh, _engine):
+        tokens = {}
+        for agent_id in ("alice", "bob"):
+            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
+            assert isinstance(joined, CheckinRecord) and joined.token is not None
+            tokens[agent_id] = joined.token
+        await mesh.send(SendRequest(to="bob", body="hello", confirm=True), token=tokens["alice"])
+        await mesh.read_inbox(token=tokens["bob"], after=0)
+        trips = 0
+        queue = aiosqlite.Connection._execute
+
+        async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal trips
+            trips += 1
+            return await queue(self, fn, *args, **kwargs)
+
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+        sent = await mesh.send(SendRequest(to="bob", body="again", confirm=True), token=tokens["alice"])
+        assert isinstance(sent, SendResult) and sent.stored == 1
+        assert trips == 1, "BEGIN IMMEDIATE, the statements and COMMIT in one call"
+        page = await mesh.read_inbox(token=tokens["bob"], after=1)
+        assert trips == 2, "a read too"
+        monkeypatch.undo()
+        assert [(m.seq, m.body, m.sender) for m in page.messages] == [(2, "again", "alice")]
 
 
 async def test_agents_messaging_each_other_at_once_store_every_message_in_order(db_url: str) -> None:

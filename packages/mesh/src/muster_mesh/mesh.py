@@ -577,14 +577,14 @@ class Mesh:
             if request.idempotency_key is not None
             else ""
         )
-        common = not self.store.serial and request.confirm and request.idempotency_key is None
+        common = request.confirm and request.idempotency_key is None
         if common and request.to is not None:
             sent = await self._send_in_one_step(request, request.to, hashed, now)
             if sent is not None:
                 return sent
         async with self.store.transaction() as tx:
             ctx = SendContext(tx=tx, request=request, hashed=hashed, now=now, fingerprint=fingerprint)
-            if common and request.to is not None:
+            if common and not self.store.serial and request.to is not None:
                 return await self._send_direct_unread(ctx, request.to)
             sender = await self._sender(ctx)
             if request.confirm:

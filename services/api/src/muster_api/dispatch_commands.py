@@ -6,7 +6,6 @@ capability itself must not depend on."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import signal
@@ -68,7 +67,11 @@ def _worker(args: argparse.Namespace) -> int:
     if args.workers is not None and not 1 <= args.workers <= 64:
         print("muster: --workers is a number from 1 to 64", file=sys.stderr)
         return 2
-    asyncio.run(serve_workers(args.workers))
+    import anyio
+
+    from muster_api.eventloop import loop_options
+
+    anyio.run(serve_workers, args.workers, backend_options=loop_options())
     return 0
 
 

@@ -11,12 +11,12 @@ is the end of the stream, whatever the agent emitted.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
 
-from muster_api.dispatch.models import Run
+from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.worker import UNSHARED_POLL_SECONDS
 from muster_dispatch import Observation
 from muster_dispatch.journal import to_jsonl
@@ -48,32 +48,40 @@ async def _pages(state: DispatchState, run_id: str, after: int) -> AsyncIterator
             return
 
 
-async def sse_stream(state: DispatchState, run: Run, after: int) -> AsyncIterator[str]:
-    """Every event after ``after``, then the final ``result`` event carrying the run, then the end. ``run`` is the
-    run as read before the stream began."""
+async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGenerator[str, None]:
+    """Every event after ``after``, then the final ``result`` event carrying the run, then the end.
+
+    Its first item comes once the stream is subscribed to the run's wake-ups and has read the run (raising
+    ``UnknownRunError`` when there is none): the route waits for it before it answers. Read after the subscription,
+    the run is the only read a queued run's stream needs: its journal is empty, and every row written from then on
+    comes with a wake-up this stream hears."""
     wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
-    yield "retry: 1000\n\n"
-    async with state.notifier.subscribe(run.id) as sub:
-        tail = state.notifier.tail(run.id)
-        handed: list[Observation] | None = None  # what the last wake-up handed over; None: read the rows
-        # The run read before its rows: once it is over, the rows read after it are all of them. A run read before
-        # the subscription may have ended unheard since: only a finished one is trusted.
-        known: Run | None = run if run.finished else None
+    async with state.notifier.subscribe(run_id) as sub:
+        tail = state.notifier.tail(run_id)
         looks = tail.looks
+        known = await state.store.get(run_id)
+        if known is None:
+            raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
+        yield "retry: 1000\n\n"
+        # None: read the rows; else what the last wake-up handed over. A queued run has no rows yet.
+        handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
             if handed is None:
-                looks = tail.looks
-                known = known or await state.store.get(run.id)
-                async for batch in _pages(state, run.id, after):
+                # The run read before its rows (and wake-ups counted from before it was read): once it is over, the
+                # rows read after it are all of them.
+                if known is None:
+                    looks = tail.looks
+                    known = await state.store.get(run_id)
+                async for batch in _pages(state, run_id, after):
                     yield "".join(sse_event(observation) for observation in batch)
                     after = batch[-1].seq
                 if known is not None and known.finished:
                     yield _result(known.model_dump_json())
                     return
-                known = None
             elif handed:  # one write for the batch: each write crosses every middleware and the socket
                 yield "".join(sse_event(observation) for observation in handed)
                 after = handed[-1].seq
+            known = None  # a run read earlier may have ended since, unheard: read again before rows are read
             if tail.end is not None and tail.end.seq == after:  # the end, handed over: every row is sent
                 yield _result(tail.end.run)
                 return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
@@ -135,18 +137,27 @@ async def run_events(
     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,12}$")] = None,
 ) -> StreamingResponse:
     state = _state(request)
-    run = await _run(state, run_id)
     if format == "jsonl":
+        await _run(state, run_id)
         return StreamingResponse(
             jsonl_lines(state, run_id),
             media_type="application/jsonl",
             headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
         )
+    stream = sse_stream(state, run_id, int(last_event_id or 0))
+    first = await anext(stream)  # subscribed, and the run read: a 404 is still an answer of its own
     return StreamingResponse(
-        sse_stream(state, run, int(last_event_id or 0)),
+        _continued(first, stream),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )
+
+
+async def _continued(first: str, rest: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+    async with aclosing(rest):
+        yield first
+        async for chunk in rest:
+            yield chunk
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, responses={**NO_RUN, **OVER})

@@ -7,7 +7,6 @@ tools/call: the tool's handler; what it raises becomes a tool error (``isError``
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import sys
 from typing import Any
@@ -18,6 +17,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from muster_api import __version__
+from muster_api.eventloop import loop_options
 from muster_api.mcp import handlers, tools
 from muster_api.mcp.session import AgentSession
 from muster_api.mcp.settings import McpSettings
@@ -125,9 +125,3 @@ def main(settings: McpSettings | None = None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="muster mcp: %(levelname)s %(message)s")
     anyio.run(serve, settings or McpSettings(), backend_options=loop_options())
     return 0
-
-
-def loop_options() -> dict[str, Any]:
-    """uvloop where it is installed (uvicorn[standard] brings it; the service runs on it too): every tool call is a
-    pipe read, a socket write and read, and a pipe write, and its loop does them in C."""
-    return {"use_uvloop": importlib.util.find_spec("uvloop") is not None}

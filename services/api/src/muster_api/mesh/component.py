@@ -49,9 +49,11 @@ def make_store(engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotif
 
 
 @asynccontextmanager
-async def _on_sqlite(runtime: Runtime, _tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
+async def _on_sqlite(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
     # One instance per database file: wake-ups stay in the process.
-    yield make_store(runtime.engine, runtime.dialect), LocalNotifier()
+    store = SqliteMeshStore(runtime.engine, runtime.dialect)
+    tg.start_soon(store.checkpoint_forever)
+    yield store, LocalNotifier()
 
 
 @asynccontextmanager

@@ -141,6 +141,9 @@ def _time(value: datetime | str) -> datetime:
     return datetime.fromisoformat(value + "+00:00")
 
 
+stored_time = _time
+
+
 def _caps(value: list[str] | str) -> tuple[str, ...]:
     return _caps_text(value) if isinstance(value, str) else tuple(value)
 
@@ -606,4 +609,4 @@ class SqlMeshStore:
         """Give back whatever the store holds beyond the pool (before the engine is disposed)."""
 
 
-__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from"]
+__all__ = ["SqlMeshStore", "SqlMeshTx", "TransactionNotifier", "agent_from", "stored_time"]

@@ -1,26 +1,32 @@
-"""What the mesh's SQL store does differently on SQLite: serial transactions on one held connection, and the hot
-send/renew statements run on the driver connection.
+"""What the mesh's SQL store does differently on SQLite: serial transactions on one held connection, the hot
+statements run on the driver connection, the common send and inbox read as one call on the driver's thread, and
+checkpoints off the path of the calls that write.
 
 Through SQLAlchemy's adapter each statement is three or four hops to aiosqlite's thread (cursor, execute, fetch,
-close); on the driver connection, inside the same transaction, it is one. The SQL is SQLAlchemy's own compilation of
-the core's statements, so both paths run the same text.
+close); on the driver connection, inside the same transaction, it is one; a whole transaction in ``sqlite_trips`` is
+one in all. The SQL is SQLAlchemy's own compilation of the core's statements, so every path runs the same text.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import logging
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from sqlalchemy import Select
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.sql.dml import UpdateBase
 
 from muster_api.db.dialect import Dialect
+from muster_api.mesh import sqlite_trips
+from muster_api.mesh.sqlite_driver import NAMED as _NAMED
+from muster_api.mesh.sqlite_driver import DriverStatement, on_driver_thread
+from muster_api.mesh.sqlite_driver import bound as _bound
+from muster_api.mesh.sqlite_driver import time_text as _time
 from muster_api.mesh.store import (
     BUMP_ONE,
     INSERT_INBOX,
@@ -30,41 +36,22 @@ from muster_api.mesh.store import (
     TransactionNotifier,
     agent_from,
     message_values,
+    stored_time,
 )
-from muster_api.mesh.tables import agents
-from muster_mesh import AgentFilter, AgentRecord, MessageRecord
+from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 
-_NAMED = sqlite_dialect.dialect(paramstyle="named")
-# UTCDateTime's and JSONDocument's bind processing for SQLite (SQLAlchemy's stored text formats): the stored text and
-# the compared text must be the same on both paths.
-_TIME = agents.c.expires_at.type.dialect_impl(_NAMED).bind_processor(_NAMED)
-_JSON = agents.c.caps.type.dialect_impl(_NAMED).bind_processor(_NAMED)
+T = TypeVar("T")
 
+log = logging.getLogger("muster.mesh")
 
-def _time(value: datetime) -> str:
-    assert _TIME is not None
-    return str(_TIME(value))
-
-
-def _bound(value: Any) -> Any:
-    """A parameter of a mesh statement as SQLAlchemy binds it on SQLite (datetimes and JSON lists become text)."""
-    if isinstance(value, datetime):
-        return _time(value)
-    if isinstance(value, list):
-        assert _JSON is not None
-        return _JSON(value)
-    return value
-
-
-class DriverStatement:
-    """A statement compiled once for the driver, with the names of the columns it returns."""
-
-    def __init__(self, stmt: UpdateBase | Select[Any]) -> None:
-        self.sql = str(stmt.compile(dialect=_NAMED))
-        self.names = tuple(c.name for c in stmt.exported_columns)
-
-    async def rows(self, driver: Any, params: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return [dict(zip(self.names, row, strict=True)) for row in await driver.execute_fetchall(self.sql, params)]
+# The WAL is copied back into the database off the path of the calls that write it: by ``checkpoint_forever``, on a
+# pooled connection (its own thread), after every CHECKPOINT_EVERY writes of the store. Left to SQLite, the commit
+# that grows the WAL past 1,000 pages checkpoints inline: it copies the pages and syncs both files, milliseconds to
+# a hundred on a busy disk, paid by whichever send or check-in it was. The held connection's own automatic checkpoint
+# stays as a backstop: under writes that never pause the background one never catches up with the last frames, the
+# WAL cannot start over, and it grows to the backstop, where one commit checkpoints the little left and restarts it.
+CHECKPOINT_EVERY = 100
+BACKSTOP_CHECKPOINT_PAGES = 10_000
 
 
 @lru_cache(maxsize=64)
@@ -138,10 +125,43 @@ class SqliteMeshStore(SqlMeshStore):
         super().__init__(engine, dialect, notifier)
         self._serial = anyio.Lock()
         self._held: AsyncConnection | None = None
+        # The held connection and the aiosqlite connection under it.
+        self._driver: tuple[AsyncConnection, Any] | None = None
+        self._writes = 0
+        self._checkpoint_due = anyio.Event()
+        self.checkpoints = 0
+
+    def _wrote(self) -> None:
+        self._writes += 1
+        if self._writes >= CHECKPOINT_EVERY:
+            self._checkpoint_due.set()
+
+    async def checkpoint_forever(self) -> None:
+        """Checkpoint the WAL after every CHECKPOINT_EVERY writes of this store (run it in a task)."""
+        while True:
+            await self._checkpoint_due.wait()
+            self._checkpoint_due, self._writes = anyio.Event(), 0
+            try:
+                await self._checkpoint()
+            except Exception:  # the next round retries, and the backstop bounds the WAL meanwhile
+                log.warning("mesh WAL checkpoint failed", exc_info=True)
+
+    async def _checkpoint(self) -> None:
+        # PASSIVE: copies what no reader still needs, waiting for no one; writers carry on meanwhile (a commit in
+        # WAL mode with synchronous=NORMAL appends to the WAL without syncing it, so it does not wait for this one).
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            await driver.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        self.checkpoints += 1
 
     async def _connection(self) -> AsyncConnection:
         if self._held is None or self._held.closed or self._held.invalidated:
-            self._held = await self.engine.connect()
+            held = await self.engine.connect()
+            driver = (await held.get_raw_connection()).driver_connection
+            assert driver is not None
+            await driver.execute_fetchall(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
+            self._held = held
         return self._held
 
     @asynccontextmanager
@@ -154,6 +174,7 @@ class SqliteMeshStore(SqlMeshStore):
                 conn = await self._connection()
                 async with conn.begin():
                     yield self.tx_class(conn, self)
+                self._wrote()
 
     @asynccontextmanager
     async def standalone(self) -> AsyncIterator[SqlMeshTx]:
@@ -171,6 +192,69 @@ class SqliteMeshStore(SqlMeshStore):
                     raise
                 if conn.in_transaction():
                     await conn.commit()
+                self._wrote()
+
+    async def _in_one_trip(self, call: Callable[[sqlite3.Connection], T]) -> T:
+        """A whole transaction (``sqlite_trips``) on the held connection, queued like the others, in one trip to
+        aiosqlite's thread."""
+        with anyio.CancelScope(shield=True):  # as a transaction is, for the same reason
+            async with self._serial:
+                conn = await self._connection()
+                if self._driver is None or self._driver[0] is not conn:
+                    self._driver = conn, (await conn.get_raw_connection()).driver_connection
+                result = await on_driver_thread(self._driver[1], call)
+                self._wrote()
+        return result
+
+    def _renewal(self, token_hash: str, now: datetime) -> dict[str, Any] | None:
+        """The parameters of a renewal computed from the TTL seen for this token (the statement re-checks it);
+        None without one (the transaction then reads the row first)."""
+        ttl = self.ttl_hints.get(token_hash)
+        if ttl is None:
+            return None
+        at = _time(now)
+        return {
+            "p_hash": token_hash,
+            "p_now": at,
+            "p_ttl": ttl,
+            "p_seen": at,
+            "p_exp": _time(now + timedelta(seconds=ttl)),
+        }
+
+    async def renew_and_deliver(
+        self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
+    ) -> InboxEntry | None:
+        renew = self._renewal(token_hash, now)
+        # A notifier wakes from inside the sending transaction, which a trip has no room for: the transaction then.
+        if renew is None or self.notifier is not None:
+            return None
+        message = {"message_id": message_id, "body": body, "thread_id": thread_id, "sent_at": renew["p_now"]}
+        sent = await self._in_one_trip(sqlite_trips.renew_and_deliver(renew, to, renew["p_now"], message))
+        if sent is None:
+            return None
+        sender, seq = sent
+        return InboxEntry(seq=seq, message=MessageRecord(message_id, sender, body, thread_id, now))
+
+    async def renew_and_read(
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+    ) -> tuple[AgentRecord, list[InboxEntry]] | None:
+        renew = self._renewal(token_hash, now)
+        if renew is None:
+            return None
+        read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit))
+        if read is None:
+            return None
+        agent, rows = read
+        entries = [
+            InboxEntry(
+                seq=seq,
+                message=MessageRecord(
+                    message_id=message_id, sender=sender, body=body, thread_id=thread_id, sent_at=stored_time(sent_at)
+                ),
+            )
+            for seq, message_id, sender, body, thread_id, sent_at in rows
+        ]
+        return agent_from(agent), entries
 
     async def aclose(self) -> None:
         async with self._serial:

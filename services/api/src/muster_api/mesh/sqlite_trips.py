@@ -1,0 +1,85 @@
+"""Whole mesh transactions run as one call on aiosqlite's thread: BEGIN IMMEDIATE, the statements and COMMIT (or
+ROLLBACK) in one trip there and back, where running them one by one takes a trip each.
+
+A trip is two thread switches (the event loop queues the call, the driver's thread answers through the loop's
+self-pipe); on a busy machine each switch may wait for a core, and a send made of six trips met that wait six times.
+The statements are SQLAlchemy's own compilation of the core's (``DriverStatement``), so both paths run the same text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from muster_api.mesh.sqlite_driver import DriverStatement
+from muster_api.mesh.store import BUMP_ONE, INSERT_INBOX, INSERT_MESSAGE, READ_INBOX, RENEW_BY_TOKEN
+from muster_api.mesh.tables import agents
+
+T = TypeVar("T")
+
+_RENEW = DriverStatement(RENEW_BY_TOKEN)
+_BUMP_ONE = DriverStatement(BUMP_ONE)
+_INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
+_INSERT_INBOX = DriverStatement(INSERT_INBOX)
+_READ_INBOX = DriverStatement(READ_INBOX)
+_AGENT_ID = _RENEW.names.index(agents.c.agent_id.name)
+
+
+def _in_transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T | None]) -> T | None:
+    """``body`` inside BEGIN IMMEDIATE: committed when it returns a result, rolled back when it returns None (a
+    condition did not hold: nothing was meant to change) or raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(conn)
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT" if result is not None else "ROLLBACK")
+    return result
+
+
+def renew_and_deliver(
+    renew: Mapping[str, Any], to: str, live_at: str, message: Mapping[str, Any]
+) -> Callable[[sqlite3.Connection], tuple[str, int] | None]:
+    """The sender's renewal (``RENEW_BY_TOKEN``), the live recipient's next sequence, the message and its inbox entry,
+    in one transaction. Answers (sender, sequence); None, and nothing written, when the sender's token or TTL or the
+    recipient's lease does not qualify."""
+
+    def body(conn: sqlite3.Connection) -> tuple[str, int] | None:
+        renewed = _RENEW.run(conn, renew)
+        if not renewed:
+            return None
+        bumped = _BUMP_ONE.run(conn, {"p_id": to, "p_now": live_at})
+        if not bumped:
+            return None
+        sender, seq = str(renewed[0][_AGENT_ID]), int(bumped[0][1])
+        _INSERT_MESSAGE.run(conn, {**message, "sender": sender})
+        _INSERT_INBOX.run(conn, {"recipient": to, "seq": seq, "message_id": message["message_id"]})
+        return sender, seq
+
+    return lambda conn: _in_transaction(conn, body)
+
+
+def renew_and_read(
+    renew: Mapping[str, Any], after: int | None, limit: int
+) -> Callable[[sqlite3.Connection], tuple[dict[str, Any], list[Any]] | None]:
+    """The reader's renewal and up to ``limit`` inbox rows after ``after`` (None: after its read cursor, otherwise
+    after ``max(after, floor_seq)``), in one transaction. Answers the renewed agent row and the entry rows; None, and
+    nothing written, when the token or TTL does not qualify or ``after`` lies beyond the inbox's last sequence."""
+
+    def body(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[Any]] | None:
+        renewed = _RENEW.run(conn, renew)
+        if not renewed:
+            return None
+        agent = dict(zip(_RENEW.names, renewed[0], strict=True))
+        if after is not None and after > agent["last_seq"]:
+            return None
+        start = agent["read_cursor"] if after is None else max(after, agent["floor_seq"])
+        return agent, _READ_INBOX.run(conn, {"p_id": agent["agent_id"], "p_after": start, "p_limit": limit})
+
+    return lambda conn: _in_transaction(conn, body)
+
+
+__all__ = ["renew_and_deliver", "renew_and_read"]

@@ -1,0 +1,85 @@
+"""What a run's SSE stream reads: subscribed before it reads the run, a stream opened while its run is queued reads
+the run once and no rows; rows written after come with the wake-ups of the writes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import anyio
+import pytest
+
+from muster_api.db.engine import create_engine
+from muster_api.dispatch.component import DispatchState
+from muster_api.dispatch.errors import UnknownRunError
+from muster_api.dispatch.events import sse_stream
+from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.store import new_run_id, run_store
+from muster_api.dispatch.worker import ending
+from muster_api.settings import Settings
+from muster_dispatch import Observation
+from tests.runs.test_store import LEASE, NOW, _completed, _queue
+
+pytestmark = pytest.mark.anyio
+
+
+class Counting:
+    """The store, counting the reads a stream makes."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.reads: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    async def get(self, run_id: str) -> Any:
+        self.reads.append("run")
+        return await self.store.get(run_id)
+
+    async def events_after(self, run_id: str, after: int, limit: int = 1000) -> Any:
+        self.reads.append("rows")
+        return await self.store.events_after(run_id, after, limit)
+
+
+async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no_rows(db_url: str) -> None:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        notifier = RunNotifier(engine)
+        store = run_store(engine, notifier)
+        counting = Counting(store)
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            run_id = await _queue(store, new_run_id(), "w")
+            stream = sse_stream(state, run_id, 0)
+            assert await anext(stream) == "retry: 1000\n\n"
+            rows = [
+                Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)}) for seq in (1, 2)
+            ]
+            await store.append_events(run_id, rows[:1])
+            with anyio.fail_after(30):
+                assert (await anext(stream)).startswith("id: 1\n")
+            assert counting.reads == ["run"]
+            # The rest, however it is woken (on SQLite the claim wakes readers too), up to the end.
+            claimed = await store.claim("w1", NOW, NOW + LEASE)
+            assert claimed is not None
+            end = ending(claimed[0], _completed(), 2)
+            assert await store.finish(run_id, "w1", _completed(), rows[1:], end)
+            with anyio.fail_after(30):
+                rest = "".join([chunk async for chunk in stream])
+            assert rest.count("id: ") == 1 and "id: 2\n" in rest and rest.count("event: result") == 1
+            group.cancel_scope.cancel()
+    finally:
+        await engine.dispose()
+
+
+async def test_a_stream_of_no_run_refuses_before_its_first_item(db_url: str) -> None:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        notifier = RunNotifier(engine)
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=run_store(engine, notifier)))
+        with pytest.raises(UnknownRunError):
+            await anext(sse_stream(state, new_run_id(), 0))
+    finally:
+        await engine.dispose()
