@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import anyio
 import pytest
+from sqlalchemy import text
 
 from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
@@ -14,6 +15,7 @@ from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
 from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, InboxEntry, Mesh, MessageRecord, SendRequest, SendResult
+from muster_mesh.tokens import token_hash
 from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +61,7 @@ async def test_a_direct_send_hands_the_other_instance_its_message(postgres_serve
         sending, waiting = PgNotifier(engine), PgNotifier(engine)
         async with anyio.create_task_group() as tg:
             await tg.start(waiting.run)
-            mesh = Mesh(make_store(engine, dialect_of(engine), sending), sending)
+            mesh = Mesh(make_store(engine, dialect_of(engine)), sending)
             bob = await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
             alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
             assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord)
@@ -76,6 +78,81 @@ async def test_a_direct_send_hands_the_other_instance_its_message(postgres_serve
                 with anyio.fail_after(10):
                     await sub.wait()
                 assert sub.take() == [], "too big to carry: woken with the recipient only"
+            tg.cancel_scope.cancel()
+    finally:
+        await engine.dispose()
+        postgres_server.drop(db_url)
+
+
+async def test_wake_ups_published_meanwhile_leave_in_one_statement() -> None:
+    # Never connects: the statement is replaced by a recorder that holds the first one until the rest queued up.
+    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/unused")
+    try:
+        notifier = PgNotifier(engine)
+        statements: list[list[str]] = []
+        release = anyio.Event()
+
+        async def record(payloads: list[str]) -> None:
+            statements.append(payloads)
+            if len(statements) == 1:
+                await release.wait()
+
+        notifier._notify_now = record  # type: ignore[method-assign]
+        sent = message("hi")
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                for n in range(1, 11):
+                    tg.start_soon(notifier.publish, [f"agent-{n:02d}"], {f"agent-{n:02d}": InboxEntry(n, sent)})
+                    while len(statements) < 1:  # the first publish's statement is under way before the others come
+                        await anyio.sleep(0)
+                while len(notifier._queued) < 9:
+                    await anyio.sleep(0)
+                release.set()
+        assert [len(s) for s in statements] == [1, 9], "the first alone, then everything queued while it ran"
+        assert '"agent-01":1' in statements[0][0] and all(
+            p.startswith(f"{notifier.instance}|{{") for p in statements[1]
+        )
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres  # what a committed send's statement notified, seen by a listener
+async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: PostgresServer) -> None:
+    # PostgreSQL commits the transactions that NOTIFY one at a time, each through its WAL flush: the statement that
+    # stores a message must not be one of them. Its wake-up is published after the commit.
+    db_url = postgres_server.create(migrated=True)
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        listening = PgNotifier(engine)
+        seen: list[str] = []
+        listening._on_notify = lambda _conn, _pid, _channel, payload: seen.append(payload)  # type: ignore[method-assign]
+
+        async def everything_heard(sentinel: str) -> list[str]:
+            # Notifications arrive in commit order: once the sentinel is heard, all committed before it were too.
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": listening.channel, "p": sentinel})
+                await conn.commit()
+            with anyio.fail_after(10):
+                while sentinel not in seen:
+                    await anyio.sleep(0.01)
+            heard = seen[: seen.index(sentinel)]
+            seen.clear()
+            return heard
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(listening.run)
+            store = make_store(engine, dialect_of(engine))
+            mesh = Mesh(store, PgNotifier(engine))
+            bob = await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
+            alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
+            assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord) and alice.token
+            await mesh.send(SendRequest(to="bob", body="warm the token's hints", confirm=True), token=alice.token)
+            assert len(await everything_heard("first")) == 1, "the send's wake-up, published after its commit"
+            entry = await store.renew_and_deliver(
+                token_hash(alice.token), "bob", datetime.now(UTC), message_id="m2", body="quiet", thread_id=None
+            )
+            assert entry is not None and entry.seq == 2, "stored in one statement"
+            assert await everything_heard("second") == [], "the statement that stored it notified no one"
             tg.cancel_scope.cancel()
     finally:
         await engine.dispose()

@@ -1,14 +1,17 @@
 """Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel per capability (the mesh's
 recipients, the runs of dispatch).
 
-The sending transaction itself NOTIFYs the recipients' agent ids (``notify_in_transaction``, run by the SQL store),
-so the notification leaves exactly when the message commits and costs no transaction of its own. Each notification
-carries the sending instance's id: that instance has already woken its own waiters through ``publish`` (in-process,
-no round trip) and skips its own echo. A mesh notification carries the message itself when it fits: a waiter on
-another instance then answers from it, as one on the sending instance does, without reading the store. Every
-instance keeps one dedicated asyncpg connection listening. A lost listener connection is re-opened and then every
-local waiter is woken once, since wake-ups may have been missed meanwhile: waiters re-read the store, so a spurious
-wake costs one read, a missed one would cost a whole long-poll.
+A mesh wake-up leaves right after the message commits, in a statement of its own (``publish``), before the send
+answers. Not from inside the sending statement: PostgreSQL serialises the commits of transactions that NOTIFY (a
+lock held through the commit's WAL flush), so senders that notified in their own statement committed one flush at a
+time, all their row locks held meanwhile; a statement that only notifies writes no WAL and holds that lock for
+moments. The wake-ups of concurrent sends leave together, in one statement. Dispatch's run writes still notify from
+inside their transaction (``notify_in_transaction``). Each notification carries the sending instance's id: that
+instance has already woken its own waiters (in-process, no round trip) and skips its own echo. A mesh notification
+carries the message itself when it fits: a waiter on another instance then answers from it, as one on the sending
+instance does, without reading the store. Every instance keeps one dedicated asyncpg connection listening. A lost
+listener connection is re-opened and then every local waiter is woken once, since wake-ups may have been missed
+meanwhile: waiters re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ CHANNEL = "muster_mesh"
 # NOTIFY payloads must stay under 8000 bytes; agent ids are at most 64 characters.
 MAX_PAYLOAD = 7000
 RECONNECT_SECONDS = 1.0
+# One statement for any number of notifications; it writes nothing, so its commit waits for no WAL flush.
+_NOTIFY_ALL = "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p"
 
 
 def _chunks(agent_ids: Sequence[str]) -> list[str]:
@@ -61,14 +66,6 @@ def _handed(message: MessageRecord, seqs: Mapping[str, int]) -> str:
     return json.dumps({"m": m, "s": dict(seqs)}, separators=(",", ":"), ensure_ascii=False)
 
 
-def _handed_around_seq(message: MessageRecord, agent_id: str) -> tuple[str, str]:
-    """``_handed(message, {agent_id: seq})`` cut around the sequence, for a statement that learns the sequence as it
-    stores the message and writes it in between."""
-    m = [message.message_id, message.sender, message.body, message.thread_id, message.sent_at.isoformat()]
-    head = json.dumps({"m": m}, separators=(",", ":"), ensure_ascii=False)[:-1]
-    return f'{head},"s":{{{json.dumps(agent_id, ensure_ascii=False)}:', "}}"
-
-
 def _entries(payload: str) -> dict[str, InboxEntry]:
     doc = json.loads(payload)
     message_id, sender, body, thread_id, sent_at = doc["m"]
@@ -91,6 +88,10 @@ class PgNotifier:
         self.instance = uuid.uuid4().hex[:12]
         self.local = local or LocalNotifier()
         self.listener_pid: int | None = None
+        # Mesh wake-ups waiting for the statement that sends them (see _send), and the last batch that failed.
+        self._queued: list[str] = []
+        self._sending = anyio.Lock()
+        self._failed: tuple[list[str], Exception] | None = None
         self.reconnects = 0
 
     @asynccontextmanager
@@ -121,18 +122,52 @@ class PgNotifier:
                 return self.channel, f"{self.instance}|{handed}"
         return self.channel, f"{self.instance}|{chunks[0]}"
 
-    def payload_around_seq(self, agent_id: str, message: MessageRecord) -> tuple[str, str, str] | None:
-        """(channel, head, tail) of the one notification of a direct send carrying its message, the recipient's
-        sequence to be written between head and tail by the statement that takes it; None when it does not fit."""
-        head, tail = _handed_around_seq(message, agent_id)
-        # Room for the longest sequence (a bigint: at most 20 characters).
-        if len(head.encode()) + len(tail) + 20 > MAX_PAYLOAD:
-            return None
-        return self.channel, f"{self.instance}|{head}", tail
-
     async def publish(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
-        # Called after the commit: this instance's own waiters, without a round trip.
+        """After the commit: this instance's own waiters at once (no round trip), then the other instances'. The
+        statement runs to its end if the caller is cancelled meanwhile: the message is committed, and a wake-up left
+        in the queue would wait for the next send to leave."""
         self.local.fire(agent_ids, entries)
+        with anyio.CancelScope(shield=True):
+            await self._send(self._wake_payloads(agent_ids, entries))
+
+    def _wake_payloads(self, agent_ids: Sequence[str], entries: Mapping[str, InboxEntry] | None) -> list[str]:
+        """One payload carrying the message when every recipient got the same one and it fits, else the agent
+        ids."""
+        messages = {entry.message for entry in entries.values()} if entries else set()
+        if entries and len(messages) == 1 and set(entries) == set(agent_ids):
+            _, payload = self.payload(agent_ids, messages.pop(), {a: e.seq for a, e in entries.items()})
+            if payload is not None:
+                return [payload]
+        return [f"{self.instance}|{chunk}" for chunk in _chunks(agent_ids)]
+
+    async def _send(self, payloads: list[str]) -> None:
+        """NOTIFY these payloads, in one statement with those of every publish waiting meanwhile: one statement at a
+        time, each taking what has queued up while the previous one ran."""
+        batch = self._queued
+        batch.extend(payloads)
+        async with self._sending:
+            if batch is self._queued:  # not sent yet by a publish ahead of this one
+                self._queued = []
+                self._failed = None
+                try:
+                    await self._notify_now(batch)
+                except Exception as error:
+                    self._failed = (batch, error)
+                    raise
+            elif self._failed is not None and self._failed[0] is batch:
+                raise self._failed[1]
+
+    async def _notify_now(self, payloads: list[str]) -> None:
+        async with self._engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            try:
+                await driver.execute(_NOTIFY_ALL, self.channel, payloads)
+            except BaseException:
+                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
+                with anyio.CancelScope(shield=True):
+                    await conn.invalidate()
+                raise
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         instance, _, rest = payload.partition("|")

@@ -146,6 +146,8 @@ class PostgresRunStore(SqlRunStore):
         return {"channel": channel, "payload": payload}
 
     async def create(self, values: dict[str, Any]) -> Run:
+        # The statement names its columns: a column the route adds must be added there too, not dropped unseen.
+        assert values.keys() == {*_QUEUED, "request", "queued_at"}, sorted(values)
         params = {name: values[name] for name in _QUEUED}
         params.update(
             self._notify_params([NEW_RUN]), request=json.dumps(values["request"]), queued_at=values["queued_at"]

@@ -58,10 +58,10 @@ async def _on_sqlite(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[Sql
 
 @asynccontextmanager
 async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
-    # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent from the sending transaction.
+    # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent by the notifier after the commit.
     pg = PgNotifier(runtime.engine)
     await tg.start(pg.run)
-    yield make_store(runtime.engine, runtime.dialect, pg), pg
+    yield make_store(runtime.engine, runtime.dialect), pg
 
 
 @asynccontextmanager

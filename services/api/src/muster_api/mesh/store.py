@@ -326,18 +326,6 @@ class TransactionNotifier(Protocol):
 
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
 
-    def payload(
-        self, agent_ids: Sequence[str], message: MessageRecord | None = None, seqs: Mapping[str, int] | None = None
-    ) -> tuple[str | None, str | None]:
-        """(channel, payload) of the one notification for these recipients, or (None, None) when they need
-        several (``notify_in_transaction`` then sends them); it may carry the message and its sequences."""
-        ...
-
-    def payload_around_seq(self, agent_id: str, message: MessageRecord) -> tuple[str, str, str] | None:
-        """(channel, head, tail) of the one notification of a direct send carrying the message, for a statement
-        that writes the recipient's sequence between head and tail; None when the message does not fit."""
-        ...
-
 
 class SqlMeshTx:
     """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""

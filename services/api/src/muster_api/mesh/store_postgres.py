@@ -1,7 +1,8 @@
-"""What the mesh's SQL store does differently on PostgreSQL: storing a message is one round trip (the message, its
-inbox entries and the NOTIFY in one statement; for a direct send, the recipient's sequence too), and so is an inbox
-read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on its own,
-and BEGIN and COMMIT would be two more round trips).
+"""What the mesh's SQL store does differently on PostgreSQL: storing a message is one round trip (the message and its
+inbox entries in one statement; for a direct send, the sender's renewal and the recipient's sequence too), and so is
+an inbox read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on
+its own, and BEGIN and COMMIT would be two more round trips). No wake-up rides these statements: the mesh publishes
+them after the commit (see muster_api.db.notify).
 
 The inbox read and a directory page run on the asyncpg connection under the pooled one: through SQLAlchemy's adapter,
 compiling the statement and processing its rows cost more CPU than PostgreSQL spends running it."""
@@ -14,17 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
-    Select,
-    String,
-    TextClause,
-    bindparam,
-    literal_column,
-    text,
-    type_coerce,
-)
+from sqlalchemy import BigInteger, ColumnElement, Select, String, bindparam, literal_column, text, type_coerce
 from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,28 +24,23 @@ from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.directory import ShownRow
 
-_ADD_MESSAGE_SQL = """
+# The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
+# muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
+_ADD_MESSAGE = text("""
 WITH m AS (
     INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
     VALUES (:message_id, :sender, :body, :thread_id, :sent_at)
     RETURNING message_id
-), i AS (
-    INSERT INTO mesh_inbox (recipient, seq, message_id)
-    SELECT u.recipient, u.seq, m.message_id
-    FROM m, unnest(CAST(:recipients AS text[]), CAST(:seqs AS bigint[])) AS u(recipient, seq)
-    RETURNING 1
 )
-SELECT {notify} FROM (SELECT count(*) AS n FROM i) AS done
-"""
-_SENT_AT = bindparam("sent_at", type_=messages.c.sent_at.type)
-_ADD_MESSAGE = text(_ADD_MESSAGE_SQL.format(notify="pg_notify(:channel, :payload)")).bindparams(_SENT_AT)
-# Without a notifier, or when the recipients need several notifications (sent by ``on_stored`` instead).
-_ADD_MESSAGE_QUIET = text(_ADD_MESSAGE_SQL.format(notify="done.n, :channel, :payload")).bindparams(_SENT_AT)
+INSERT INTO mesh_inbox (recipient, seq, message_id)
+SELECT u.recipient, u.seq, m.message_id
+FROM m, unnest(CAST(:recipients AS text[]), CAST(:seqs AS bigint[])) AS u(recipient, seq)
+""").bindparams(bindparam("sent_at", type_=messages.c.sent_at.type))
 
 
-# A direct send's recipient bump, message, inbox entry and wake-up in one round trip. Data-modifying CTEs run to
-# completion whether or not the final SELECT reads them; with no live recipient, ``b`` is empty and so is the rest.
-_DELIVER_SQL = """
+# A direct send's recipient bump, message and inbox entry in one round trip. Data-modifying CTEs run to completion
+# whether or not the final SELECT reads them; with no live recipient, ``b`` is empty and so is the rest.
+_DELIVER = text("""
 WITH b AS (
     UPDATE mesh_agents SET last_seq = last_seq + 1
     WHERE agent_id = :to AND expires_at > :live_at
@@ -68,15 +54,10 @@ WITH b AS (
     SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
     RETURNING 1
 )
-SELECT b.last_seq{notify} FROM b
-"""
-_LIVE_AT = bindparam("live_at", type_=agents.c.expires_at.type)
-_DELIVER = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :payload)")).bindparams(_SENT_AT, _LIVE_AT)
-# The wake-up carrying the message: its payload is completed with the recipient's sequence as the statement takes it.
-_DELIVER_HANDED = text(_DELIVER_SQL.format(notify=", pg_notify(:channel, :head || b.last_seq || :tail)")).bindparams(
-    _SENT_AT, _LIVE_AT
+SELECT b.last_seq FROM b
+""").bindparams(
+    bindparam("sent_at", type_=messages.c.sent_at.type), bindparam("live_at", type_=agents.c.expires_at.type)
 )
-_DELIVER_QUIET = text(_DELIVER_SQL.format(notify="")).bindparams(_SENT_AT, _LIVE_AT)
 
 
 @lru_cache(maxsize=64)
@@ -126,44 +107,13 @@ class PostgresMeshTx(SqlMeshTx):
         return [tuple(r) for r in await _fetch_on_driver(self._conn, sql, *(params[n] for n in names))]
 
     async def deliver(self, message: MessageRecord, to: str, live_at: datetime) -> dict[str, int]:
-        stmt, wake = self._deliver_statement(message, to)
-        row = (
-            await self._conn.execute(stmt, {**message_values(message), "to": to, "live_at": live_at, **wake})
-        ).first()
-        if row is None:
-            return {}
-        if not wake:
-            await self._store.on_stored(self._conn, [to])
-        return {to: int(row.last_seq)}
-
-    def _deliver_statement(self, message: MessageRecord, to: str) -> tuple[TextClause, dict[str, str]]:
-        """The deliver statement and its wake-up's parameters: the message in the payload when it fits (the other
-        instances answer their waiting reader from it), else the recipient only; no wake-up without a notifier."""
-        notifier = self._store.notifier
-        if notifier is None:
-            return _DELIVER_QUIET, {}
-        around = notifier.payload_around_seq(to, message)
-        if around is not None:
-            channel, head, tail = around
-            return _DELIVER_HANDED, {"channel": channel, "head": head, "tail": tail}
-        named, payload = notifier.payload([to])
-        assert named is not None and payload is not None  # one recipient: always one notification
-        return _DELIVER, {"channel": named, "payload": payload}
+        row = (await self._conn.execute(_DELIVER, {**message_values(message), "to": to, "live_at": live_at})).first()
+        return {to: int(row.last_seq)} if row is not None else {}
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
         recipients = sorted(seqs)
-        notifier = self._store.notifier
-        channel, payload = notifier.payload(recipients, message, seqs) if notifier is not None else (None, None)
-        params = {
-            **message_values(message),
-            "recipients": recipients,
-            "seqs": [seqs[r] for r in recipients],
-            "channel": channel,
-            "payload": payload,
-        }
-        await self._conn.execute(_ADD_MESSAGE if channel is not None else _ADD_MESSAGE_QUIET, params)
-        if channel is None:
-            await self._store.on_stored(self._conn, recipients)
+        params = {**message_values(message), "recipients": recipients, "seqs": [seqs[r] for r in recipients]}
+        await self._conn.execute(_ADD_MESSAGE, params)
 
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
@@ -190,11 +140,10 @@ ORDER BY e.seq
 
 
 # $1 the sender, $2 its token hash, $3 now (sent_at), $4 its new expiry, $5 the TTL that expiry was computed for, $6
-# the recipient, $7 message_id, $8 body, $9 thread_id, $10 the wake-up's channel (NULL: none), $11 and $12 its payload
-# before and after the recipient's sequence. Both rows are locked first, in agent_id order (as every writer of two
-# agent rows locks them), and the conditions are checked on the locked rows: when one fails, nothing is written and
-# the caller takes the transaction that says why. The sender's renewal and the recipient's sequence then update rows
-# this statement already holds.
+# the recipient, $7 message_id, $8 body, $9 thread_id. Both rows are locked first, in agent_id order (as every writer
+# of two agent rows locks them), and the conditions are checked on the locked rows: when one fails, nothing is
+# written and the caller takes the transaction that says why. The sender's renewal and the recipient's sequence then
+# update rows this statement already holds.
 _RENEW_AND_DELIVER = """
 WITH l AS MATERIALIZED (
     SELECT agent_id, token_hash, ttl_seconds, expires_at FROM mesh_agents
@@ -222,8 +171,7 @@ WITH l AS MATERIALIZED (
     SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
     RETURNING 1
 )
-SELECT b.last_seq, CASE WHEN $10::text IS NOT NULL THEN pg_notify($10, $11::text || b.last_seq || $12::text) END AS woke
-FROM b, s
+SELECT b.last_seq FROM b, s
 """
 
 
@@ -234,21 +182,16 @@ class PostgresMeshStore(SqlMeshStore):
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
     ) -> InboxEntry | None:
         # The sender from the token's agent_id and TTL seen before (the statement re-checks both); a message to
-        # oneself, or one too large to ride its wake-up, takes the transaction.
+        # oneself takes the transaction.
         sender, ttl = self.token_ids.get(token_hash), self.ttl_hints.get(token_hash)
         if sender is None or ttl is None or sender == to:
             return None
-        message = MessageRecord(message_id, sender, body, thread_id, now)
-        wake: tuple[str | None, str | None, str | None] = (None, None, None)
-        if self.notifier is not None:
-            around = self.notifier.payload_around_seq(to, message)
-            if around is None:
-                return None
-            wake = around
         expires_at = now + timedelta(seconds=ttl)
-        args = (sender, token_hash, now, expires_at, ttl, to, message_id, body, thread_id, *wake)
+        args = (sender, token_hash, now, expires_at, ttl, to, message_id, body, thread_id)
         rows = await self._driver_fetch(_RENEW_AND_DELIVER, *args)
-        return InboxEntry(seq=rows[0]["last_seq"], message=message) if rows else None
+        if not rows:
+            return None
+        return InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
 
     async def _driver_fetch(self, sql: str, *args: object) -> list[Any]:
         """One autocommit statement on the asyncpg connection under a pooled one (no SQLAlchemy statement or result
