@@ -23,10 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.mesh import sqlite_trips
-from muster_api.mesh.sqlite_driver import NAMED as _NAMED
-from muster_api.mesh.sqlite_driver import DriverStatement, on_driver_thread
-from muster_api.mesh.sqlite_driver import bound as _bound
-from muster_api.mesh.sqlite_driver import time_text as _time
+from muster_api.mesh.sqlite_driver import NAMED, DriverStatement, bound, on_driver_thread, time_text
 from muster_api.mesh.store import (
     BUMP_ONE,
     INSERT_INBOX,
@@ -60,7 +57,7 @@ BACKSTOP_CHECKPOINT_PAGES = 10_000
 def _driver_select(stmt: Select[Any]) -> tuple[str, tuple[str, ...], dict[str, Any]]:
     """A select compiled once for the driver: its SQL, the names of its columns, the parameters SQLAlchemy adds
     itself (the OFFSET beside a bound LIMIT)."""
-    compiled = stmt.compile(dialect=_NAMED)
+    compiled = stmt.compile(dialect=NAMED)
     return str(compiled), tuple(stmt.selected_columns.keys()), dict(compiled.params)
 
 
@@ -100,12 +97,12 @@ class SqliteMeshTx(SqlMeshTx):
     async def _first_agent(self, stmt: Any, params: Mapping[str, Any]) -> AgentRecord | None:
         # Every one-agent statement (a read, a lease renewal, a check-in's UPDATE … RETURNING) in one hop to
         # aiosqlite's thread, where SQLAlchemy's cursor adapter takes three or four, all inside the write lock.
-        bound = {name: _bound(value) for name, value in params.items()}
-        rows = await _driver_statement(stmt).rows(await self._aiosqlite(), bound)
+        values = {name: bound(value) for name, value in params.items()}
+        rows = await _driver_statement(stmt).rows(await self._aiosqlite(), values)
         return agent_from(rows[0]) if rows else None
 
     async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
-        rows = await _BUMP_ONE.rows(await self._aiosqlite(), {"p_id": agent_id, "p_now": _time(live_at)})
+        rows = await _BUMP_ONE.rows(await self._aiosqlite(), {"p_id": agent_id, "p_now": time_text(live_at)})
         return {row["agent_id"]: int(row["last_seq"]) for row in rows}
 
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
@@ -114,7 +111,7 @@ class SqliteMeshTx(SqlMeshTx):
         stmt, params = self._list_query(where, after, limit)
         sql, names, added = _driver_select(stmt)
         if where.live_at is not None:
-            params["p_live"] = _time(where.live_at)
+            params["p_live"] = time_text(where.live_at)
         rows = await (await self._aiosqlite()).execute_fetchall(sql, {**added, **params})
         return [agent_from(dict(zip(names, row, strict=True))) for row in rows]
 
@@ -123,7 +120,7 @@ class SqliteMeshTx(SqlMeshTx):
         stmt, params = self._list_query(where, after, limit, _SHOWN)
         sql, _, added = _driver_select(stmt)
         if where.live_at is not None:
-            params["p_live"] = _time(where.live_at)
+            params["p_live"] = time_text(where.live_at)
         return list(await (await self._aiosqlite()).execute_fetchall(sql, {**added, **params}))
 
     async def add_message(self, message: MessageRecord, seqs: Mapping[str, int]) -> None:
@@ -132,7 +129,7 @@ class SqliteMeshTx(SqlMeshTx):
             return
         ((recipient, seq),) = seqs.items()
         driver = await self._aiosqlite()
-        await _INSERT_MESSAGE.rows(driver, {**message_values(message), "sent_at": _time(message.sent_at)})
+        await _INSERT_MESSAGE.rows(driver, {**message_values(message), "sent_at": time_text(message.sent_at)})
         await _INSERT_INBOX.rows(driver, {"recipient": recipient, "seq": seq, "message_id": message.message_id})
         await self._store.on_stored(self._conn, [recipient])
 
@@ -238,13 +235,13 @@ class SqliteMeshStore(SqlMeshStore):
         ttl = self.ttl_hints.get(token_hash)
         if ttl is None:
             return None
-        at = _time(now)
+        at = time_text(now)
         return {
             "p_hash": token_hash,
             "p_now": at,
             "p_ttl": ttl,
             "p_seen": at,
-            "p_exp": _time(now + timedelta(seconds=ttl)),
+            "p_exp": time_text(now + timedelta(seconds=ttl)),
         }
 
     async def renew_and_deliver(
