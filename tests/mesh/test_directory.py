@@ -5,22 +5,17 @@ with the clock."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from muster_api.db.dialect import dialect_of
-from muster_api.db.engine import create_engine
-from muster_api.mesh.component import make_store
-from muster_api.settings import Settings
-from muster_mesh import AgentList, FakeClock, Mesh
+from muster_mesh import AgentList, FakeClock
 from muster_mesh.directory import DirectoryPage, shown_row
 from muster_mesh.mesh import view
 from muster_mesh.records import AgentRecord
+from tests.mesh.test_conformance_sql import sql_factory
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -69,24 +64,11 @@ def test_a_page_encodes_as_its_model_does(next_cursor: str | None) -> None:
     assert page.model().model_dump_json().encode() == page.json()
 
 
-@asynccontextmanager
-async def mesh_on(db_url: str, clock: FakeClock) -> AsyncIterator[Mesh]:
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    try:
-        store = make_store(engine, dialect_of(engine))
-        try:
-            yield Mesh(store, clock=clock)
-        finally:
-            await store.aclose()
-    finally:
-        await engine.dispose()
-
-
 @pytest.mark.anyio
 async def test_a_page_read_from_the_database_is_its_records_views_byte_for_byte(db_url: str) -> None:
     # The page's rows are rendered by the database (the datetimes' JSON text, their microseconds): the same bytes
     # as the views of the whole records, read back and parsed the long way.
-    async with mesh_on(db_url, FakeClock(NOW)) as mesh:
+    async with sql_factory(db_url)(FakeClock(NOW)) as mesh:
         async with mesh.store.transaction() as tx:
             for agent in PAGE:
                 assert await tx.create_agent(agent)

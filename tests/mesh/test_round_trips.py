@@ -40,6 +40,16 @@ async def mesh_on(db_url: str) -> AsyncIterator[tuple[Mesh, AsyncEngine]]:
         await engine.dispose()
 
 
+async def join(mesh: Mesh, *agent_ids: str) -> dict[str, str]:
+    """Check these agents in; their tokens by agent_id."""
+    tokens = {}
+    for agent_id in agent_ids:
+        joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
+        assert isinstance(joined, CheckinRecord) and joined.token is not None
+        tokens[agent_id] = joined.token
+    return tokens
+
+
 async def test_a_page_and_a_renewal_open_no_transaction_where_statements_commit_alone(db_url: str) -> None:
     async with mesh_on(db_url) as (mesh, engine):
         created = await mesh.checkin(CheckinRequest(agent_id="alpha", status="idle", confirm=True))
@@ -129,11 +139,7 @@ async def test_deliver_stores_for_a_live_recipient_only(db_url: str) -> None:
 
 async def test_a_direct_send_opens_no_transaction_where_one_statement_does_it(db_url: str) -> None:
     async with mesh_on(db_url) as (mesh, engine):
-        tokens = {}
-        for agent_id in ("alice", "bob"):
-            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
-            assert isinstance(joined, CheckinRecord) and joined.token is not None
-            tokens[agent_id] = joined.token
+        tokens = await join(mesh, "alice", "bob")
         # The first send learns the sender's agent_id and TTL from its token (a transaction).
         await mesh.send(SendRequest(to="bob", body="hello", confirm=True), token=tokens["alice"])
         begins: list[object] = []
@@ -164,11 +170,7 @@ async def test_a_direct_send_on_sqlite_is_one_trip_to_the_drivers_thread(
     sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async with mesh_on(sqlite_copy(sqlite_template, tmp_path / "muster.db")) as (mesh, _engine):
-        tokens = {}
-        for agent_id in ("alice", "bob"):
-            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
-            assert isinstance(joined, CheckinRecord) and joined.token is not None
-            tokens[agent_id] = joined.token
+        tokens = await join(mesh, "alice", "bob")
         await mesh.send(SendRequest(to="bob", body="hello", confirm=True), token=tokens["alice"])
         await mesh.read_inbox(token=tokens["bob"], after=0)
         trips = 0
@@ -194,11 +196,7 @@ async def test_agents_messaging_each_other_at_once_store_every_message_in_order(
     must not deadlock, and every inbox stays gap-free."""
     agents, per_pair = ("a1", "a2", "a3", "a4"), 15
     async with mesh_on(db_url) as (mesh, _engine):
-        tokens = {}
-        for agent_id in agents:
-            joined = await mesh.checkin(CheckinRequest(agent_id=agent_id, confirm=True))
-            assert isinstance(joined, CheckinRecord) and joined.token is not None
-            tokens[agent_id] = joined.token
+        tokens = await join(mesh, *agents)
 
         async def send_all(sender: str) -> None:
             for k in range(per_pair):
