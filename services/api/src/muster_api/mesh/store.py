@@ -131,7 +131,7 @@ GET_IDEMPOTENCY = select(idempotency).where(
 _RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at")
 
 
-def _time(value: datetime | str) -> datetime:
+def stored_time(value: datetime | str) -> datetime:
     """A stored datetime, whether the driver decoded it or handed over its stored text (UTC either way)."""
     if isinstance(value, datetime):
         return value
@@ -140,9 +140,6 @@ def _time(value: datetime | str) -> datetime:
     # Naive text is UTC (UTCDateTime stores it so): parsed with the zone appended, several times faster than
     # attaching it afterwards with ``replace``, three times per row of a directory page.
     return datetime.fromisoformat(value + "+00:00")
-
-
-stored_time = _time
 
 
 def _caps(value: list[str] | str) -> tuple[str, ...]:
@@ -165,9 +162,9 @@ def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
         caps=_caps(m["caps"]),
         status=m["status"],
         ttl_seconds=m["ttl_seconds"],
-        last_seen_at=_time(m["last_seen_at"]),
-        status_since=_time(m["status_since"]),
-        expires_at=_time(m["expires_at"]),
+        last_seen_at=stored_time(m["last_seen_at"]),
+        status_since=stored_time(m["status_since"]),
+        expires_at=stored_time(m["expires_at"]),
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
