@@ -46,6 +46,28 @@ def _is_json(content_type: str | None) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
+def _fastapi_reads_json(content_type: str | None) -> bool:
+    """Whether FastAPI's handler (strict content type, its default) reads a body of this content type as JSON: the
+    rule of ``email.message.Message.get_content_type`` (an invalid type is text/plain), then application/json or
+    application/*+json. Without a content type it hands the validation the bytes (refused as not an object)."""
+    if not content_type:
+        return False
+    media = content_type.partition(";")[0].strip().lower().strip()
+    if media.count("/") != 1:
+        return False
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+def parse_body(body: bytes, content_type: str | None) -> Any:
+    """A non-empty body as FastAPI's handler reads it after ``StrictJsonRoute``'s parse: the JSON value, or the bytes
+    when FastAPI would not read it as JSON (refused by validation then). Raises what that parse raises."""
+    if not _is_json(content_type):
+        return body
+    value = _parse(body)
+    return value if _fastapi_reads_json(content_type) else body
+
+
 class StrictJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

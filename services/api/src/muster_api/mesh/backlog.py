@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
 from muster_api.etag import conditional
-from muster_api.mesh.routes import AUTH_ERRORS, Call, caller
+from muster_api.mesh.routes import AUTH_ERRORS, Call, Caller
 from muster_mesh import BacklogList
 from muster_mesh.models import MAX_PAGE, AgentId, Label, Repo
 
@@ -27,7 +27,7 @@ router = APIRouter(prefix="/mesh", tags=["mesh"])
 )
 async def backlog(
     request: Request,
-    call: Annotated[Call, Depends(caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
+    call: Annotated[Call, Depends(Caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
     repo: Annotated[Repo | None, Query()] = None,
     role: Annotated[Label | None, Query()] = None,
     cap: Annotated[Label | None, Query()] = None,

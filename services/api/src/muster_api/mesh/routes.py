@@ -14,7 +14,7 @@ round trip would validate and encode each answer a second time.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -23,9 +23,8 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from muster_api.deps import MeshDep
 from muster_api.etag import conditional
-from muster_api.jsonbody import StrictJsonRoute
+from muster_api.leanroute import Direct, LeanRoute
 from muster_mesh import (
     AckPreview,
     AckRequest,
@@ -58,7 +57,7 @@ from muster_mesh.models import (
     Repo,
 )
 
-router = APIRouter(prefix="/mesh", tags=["mesh"], route_class=StrictJsonRoute)
+router = APIRouter(prefix="/mesh", tags=["mesh"], route_class=LeanRoute)
 
 PROBLEM: dict[str, Any] = {"content": {"application/problem+json": {}}}
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -73,7 +72,7 @@ IDEMPOTENCY_CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {"description": "the Idempotency-Key was used with other arguments", **PROBLEM}
 }
 
-# The headers are read by one dependency (``caller``) rather than declared per parameter: documented here instead.
+# The headers are read by one dependency (``Caller``) rather than declared per parameter: documented here instead.
 _BEARER = {
     "name": "Authorization",
     "in": "header",
@@ -105,20 +104,17 @@ class Call:
     key: str | None
 
 
-def caller(*query: str) -> Callable[[Request, Mesh], Awaitable[Call]]:
+class Caller(Direct):
     """One dependency per route, reading the headers itself (each FastAPI dependency costs a resolution per
     request), and refusing query parameters the route does not take: a typo such as ``wait=`` must not be
-    silently ignored."""
-    known = frozenset(query)
+    silently ignored. Direct: a ``LeanRoute`` computes it from the request without resolving anything."""
 
-    async def resolve(request: Request, mesh: MeshDep) -> Call:
-        unknown = sorted(set(request.query_params) - known)
-        if unknown:
-            takes = ", ".join(sorted(known)) or "none"
-            raise InvalidRequest(
-                f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {takes}",
-                errors=[{"field": n, "rule": "extra_forbidden", "message": "unknown query parameter"} for n in unknown],
-            )
+    def __init__(self, *query: str) -> None:
+        self.known = frozenset(query)
+
+    def direct(self, request: Request) -> Call:
+        if request.scope["query_string"]:
+            self._refuse_unknown(request)
         token = None
         authorization = request.headers.get("authorization")
         if authorization:
@@ -132,9 +128,17 @@ def caller(*query: str) -> Callable[[Request, Mesh], Awaitable[Call]]:
                 "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces",
                 errors=[{"field": "Idempotency-Key", "rule": "string_pattern_mismatch", "message": "bad key"}],
             )
+        mesh: Mesh = request.app.state.mesh
         return Call(mesh, token, key)
 
-    return resolve
+    def _refuse_unknown(self, request: Request) -> None:
+        unknown = sorted(set(request.query_params) - self.known)
+        if unknown:
+            takes = ", ".join(sorted(self.known)) or "none"
+            raise InvalidRequest(
+                f"unknown query parameter(s): {', '.join(unknown)}; this route takes: {takes}",
+                errors=[{"field": n, "rule": "extra_forbidden", "message": "unknown query parameter"} for n in unknown],
+            )
 
 
 def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
@@ -156,7 +160,7 @@ def answer(model: BaseModel, *, exclude: set[str] | None = None) -> Response:
         },
     },
 )
-async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]) -> Response:
+async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
     """Without `confirm: true` the answer is a preview (`{preview, action, agent}`) and nothing changes. Confirmed,
     the answer is the agent's record; the check-in that starts a session adds its `token` (once). A live agent_id is
     renewed only with its own token (401 without one, 403 with another's); an expired one is claimed anew."""
@@ -175,7 +179,7 @@ async def checkin(body: CheckinRequest, call: Annotated[Call, Depends(caller())]
 )
 async def list_agents(
     request: Request,
-    call: Annotated[Call, Depends(caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
+    call: Annotated[Call, Depends(Caller("repo", "role", "cap", "include_expired", "limit", "cursor"))],
     repo: Annotated[Repo | None, Query()] = None,
     role: Annotated[Label | None, Query()] = None,
     cap: Annotated[Label | None, Query()] = None,
@@ -197,7 +201,7 @@ async def list_agents(
     response_model=AgentView,
     responses={**AUTH_ERRORS, 404: {"description": "no such agent", **PROBLEM}},
 )
-async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, Depends(caller())]) -> Response:
+async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, Depends(Caller())]) -> Response:
     return answer(await call.mesh.get_agent(agent_id, token=call.token))
 
 
@@ -214,7 +218,7 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, 
         429: {"description": "the sender's role/repo/cap fan-outs are over their rate; see Retry-After", **PROBLEM},
     },
 )
-async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> Response:
+async def send(body: SendRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
     """Exactly one of `to`, `role`, `repo`, `cap`. `stored` counts the inboxes that hold the message once this
     answers (stored, not delivered)."""
     if call.key is not None:
@@ -232,7 +236,7 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(caller())]) -> R
     responses={**AUTH_ERRORS, 422: {"description": "invalid input, or `after` beyond the inbox", **PROBLEM}},
 )
 async def read_inbox(
-    call: Annotated[Call, Depends(caller("after", "limit", "wait_seconds"))],
+    call: Annotated[Call, Depends(Caller("after", "limit", "wait_seconds"))],
     after: Annotated[
         Cursor | None, Query(description="Cursor: messages after this sequence (at most the inbox's last).")
     ] = None,
@@ -252,7 +256,7 @@ async def read_inbox(
     response_model=AckPreview | AckResult,
     responses={**AUTH_ERRORS, **IDEMPOTENCY_CONFLICT},
 )
-async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Response:
+async def ack(body: AckRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
     return answer(await call.mesh.ack(body, token=call.token, idempotency_key=call.key))
 
 
@@ -264,7 +268,7 @@ async def ack(body: AckRequest, call: Annotated[Call, Depends(caller())]) -> Res
     responses={**AUTH_ERRORS, **IDEMPOTENCY_CONFLICT},
 )
 async def checkout(
-    call: Annotated[Call, Depends(caller())], body: Annotated[CheckoutRequest | None, Body()] = None
+    call: Annotated[Call, Depends(Caller())], body: Annotated[CheckoutRequest | None, Body()] = None
 ) -> Response:
     return answer(await call.mesh.checkout(body or CheckoutRequest(), token=call.token, idempotency_key=call.key))
 
@@ -293,7 +297,7 @@ def _last_event_id(request: Request) -> int | None:
 
 async def _first_page(
     request: Request,
-    call: Annotated[Call, Depends(caller("after"))],
+    call: Annotated[Call, Depends(Caller("after"))],
     after: Annotated[Cursor | None, Query(description="Messages after this sequence.")] = None,
 ) -> tuple[Mesh, str | None, InboxPage]:
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.

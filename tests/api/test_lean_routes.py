@@ -1,0 +1,137 @@
+"""The hot routes skip FastAPI's general request handler (``muster_api.leanroute``): they must answer every input
+exactly as FastAPI's handler would, and the hot mesh routes must actually take that path."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import pytest
+from fastapi import APIRouter, Body, Depends, FastAPI, Path, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+
+from muster_api import problems
+from muster_api.app import create_app
+from muster_api.jsonbody import StrictJsonRoute
+from muster_api.leanroute import Direct, LeanRoute, _lean
+from muster_api.settings import Settings
+from tests.support.app import running
+
+pytestmark = pytest.mark.anyio
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(max_length=5)
+    count: int = Field(ge=1)
+    confirm: bool = Field(default=False, strict=True)
+
+
+class Who(Direct):
+    def direct(self, request: Request) -> str:
+        if request.headers.get("x-refuse"):
+            raise ValueError("refused")
+        return request.headers.get("x-who", "nobody")
+
+
+def _router(route_class: type[StrictJsonRoute]) -> APIRouter:
+    router = APIRouter(route_class=route_class)
+
+    @router.post("/items")
+    async def post_item(
+        body: Item,
+        who: Annotated[str, Depends(Who())],
+        limit: Annotated[int, Query(ge=1, le=10)] = 5,
+        after: Annotated[int | None, Query(ge=0)] = None,
+        wait: Annotated[float, Query(ge=0, le=30)] = 0,
+    ) -> Response:
+        return Response(f"{who} {body.model_dump_json()} {limit} {after} {wait}")
+
+    @router.get("/items/{item_id}")
+    async def get_item(
+        item_id: Annotated[str, Path(pattern="^[a-z]+$")], who: Annotated[str, Depends(Who())], flag: bool = False
+    ) -> Response:
+        return Response(f"{who} {item_id} {flag}")
+
+    @router.post("/optional")
+    async def optional(who: Annotated[str, Depends(Who())], body: Annotated[Item | None, Body()] = None) -> Response:
+        return Response(f"{who} {body}")
+
+    return router
+
+
+def _app(route_class: type[StrictJsonRoute]) -> FastAPI:
+    app = FastAPI()
+    problems.install(app)
+    app.include_router(_router(route_class))
+    return app
+
+
+JSON = {"content-type": "application/json"}
+CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": JSON}),
+    ("POST", "/items?limit=3&after=2&wait=1.5", {"content": b'{"name": "a", "count": 2}', "headers": JSON}),
+    ("POST", "/items?limit=0&after=-1&wait=nan", {"content": b'{"name": "a", "count": 1}', "headers": JSON}),
+    ("POST", "/items?limit=&after=x", {"content": b'{"name": "toolong", "count": 0, "zz": 1}', "headers": JSON}),
+    ("POST", "/items?limit=1&limit=2", {"content": b'{"name": "a", "count": 1}', "headers": JSON}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1, "confirm": "yes"}', "headers": JSON}),
+    ("POST", "/items", {"content": b'{"name": "a", "name": "b", "count": 1}', "headers": JSON}),
+    ("POST", "/items", {"content": b"{not json", "headers": JSON}),
+    ("POST", "/items", {"content": b"\xff\xfe", "headers": JSON}),
+    ("POST", "/items", {"content": b"", "headers": JSON}),
+    ("POST", "/items", {"content": b"[1, 2]", "headers": JSON}),
+    ("POST", "/items", {"content": b"null", "headers": JSON}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {}}),
+    ("POST", "/items", {"content": b"{not json", "headers": {}}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "text/plain"}}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "Application/JSON"}}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "application/x+json"}}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "application/a/b+json"}}),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "json"}}),
+    (
+        "POST",
+        "/items",
+        {"content": b'{"name": "a", "count": 1}', "headers": {"content-type": "application/json; charset=utf-8"}},
+    ),
+    ("POST", "/items", {"content": b'{"name": "a", "count": 1}', "headers": {**JSON, "x-who": "ann"}}),
+    ("POST", "/items?limit=99", {"content": b'{"name": "a", "count": 1}', "headers": {**JSON, "x-refuse": "1"}}),
+    ("GET", "/items/abc", {}),
+    ("GET", "/items/abc?flag=yes", {}),
+    ("GET", "/items/ABC?flag=maybe", {}),
+    ("POST", "/optional", {"content": b"", "headers": JSON}),
+    ("POST", "/optional", {"content": b'{"name": "a", "count": 1}', "headers": JSON}),
+    ("POST", "/optional", {"content": b'{"name": "a"}', "headers": JSON}),
+]
+
+
+async def _answers(app: FastAPI) -> list[tuple[int, str, str]]:
+    answers = []
+    async with running(app) as client:
+        for method, path, kwargs in CASES:
+            try:
+                r = await client.request(method, path, **kwargs)
+                answers.append((r.status_code, r.headers.get("content-type", ""), r.text))
+            except ValueError as exc:  # the dependency's own error, raised through the transport
+                answers.append((0, "raised", str(exc)))
+    return answers
+
+
+async def test_a_lean_route_answers_every_input_as_fastapis_handler_does() -> None:
+    lean, full = _app(LeanRoute), _app(StrictJsonRoute)
+    contexts = [c for r in lean.router.routes for c in getattr(r, "effective_route_contexts", list)()]
+    assert len(contexts) == 3 and all(_lean(c.dependant, c._embed_body_fields) is not None for c in contexts)
+    assert await _answers(lean) == await _answers(full)
+
+
+def test_the_hot_mesh_routes_take_the_lean_path(tmp_path: object) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/l.db"))
+    contexts = {
+        (m, c.path): c
+        for r in app.router.routes
+        for c in getattr(r, "effective_route_contexts", list)()
+        for m in c.methods or ()
+    }
+    for method, path in (("POST", "/mesh/messages"), ("GET", "/mesh/inbox"), ("POST", "/mesh/checkin")):
+        context = contexts[(method, path)]
+        assert _lean(context.dependant, context._embed_body_fields) is not None, path
