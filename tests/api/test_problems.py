@@ -135,3 +135,20 @@ async def test_a_500_is_one_log_line_with_the_id_the_answer_carries(
         (rec.name, rec.getMessage()) for rec in caplog.records if secret in rec.getMessage()
     ]
     assert all(secret not in (rec.exc_text or "") for rec in caplog.records)
+
+
+async def test_the_access_log_has_the_status_of_every_answer(
+    tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The key guard's, the body limit's and the last resort's answers are logged with their status, as any other."""
+    caplog.set_level("INFO", logger="muster.access")
+    key = {"X-API-Key": "k"}
+    async with running(_app(tmp_path, api_keys=["k"])) as client:
+        assert (await client.get("/boom")).status_code == 401
+        assert (await client.get("/boom", headers={"X-API-Key": "no"})).status_code == 403
+        assert (await client.post("/probe", content=b"x" * (2 << 20), headers=key)).status_code == 413
+        assert (await client.get("/boom", headers=key)).status_code == 500
+        assert (await client.get("/healthz")).status_code == 200
+    lines = [r.getMessage() for r in caplog.records if r.name == "muster.access"]
+    statuses = [line.split(" status=")[1].split()[0] for line in lines]
+    assert statuses == ["401", "403", "413", "500", "200"], lines

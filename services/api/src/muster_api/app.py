@@ -23,7 +23,7 @@ from muster_api.logs import configure as configure_logging
 from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.routes import router as mesh_router
-from muster_api.middleware import AccessLog, ApiKeyGuard, BodyLimit, Unhandled
+from muster_api.middleware import Edge
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
@@ -70,15 +70,11 @@ def create_app(
     # Each served agent is an A2A sub-application of its own (see served/apps.py), behind the same middlewares.
     app.mount(SERVED_PREFIX, ServedAgents())
     dashboard.install(app)
-    # Outermost last: the access log sees every answer, including the guard's and the body limit's.
-    app.add_middleware(Unhandled)
-    app.add_middleware(BodyLimit)
     app.add_middleware(
-        ApiKeyGuard,
+        Edge,
         keys=[k.get_secret_value() for k in settings.api_keys],
         public=PUBLIC_CARDS if settings.a2a.serve_public_cards else None,
     )
-    app.add_middleware(AccessLog)
     return app
 
 

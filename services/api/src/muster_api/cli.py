@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port or settings.port,
         reload=args.reload,
         log_level=settings.log_level.lower(),
-        access_log=False,  # our AccessLog middleware writes one line per request
+        access_log=False,  # our Edge middleware writes one line per request
     )
     return 0
 

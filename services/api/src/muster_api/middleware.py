@@ -43,18 +43,40 @@ async def _send_problem(
     await send({"type": "http.response.body", "body": body})
 
 
-class AccessLog:
-    """One line per request: method, path (never the query: it may carry cursors we do not want in logs), status, ms."""
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class Edge:
+    """What every HTTP request passes before the app, in one layer (each ASGI layer is a coroutine and a wrapped
+    ``send`` per request), in this order:
+
+    - the access log: one line per request, method, path (never the query: it may carry cursors we do not want in
+      logs), status and ms, for every answer, the ones below included;
+    - the API-key guard: when MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs
+      one of them in ``X-API-Key`` (401 without, 403 with another). ``public``: a pattern of further paths open to
+      GET and HEAD (the served agents' cards, when the operator makes them public);
+    - the body limit: bodies over ``limit`` bytes are refused with 413 before the app reads them (declared or
+      streamed);
+    - the last resort: an error no exception handler answered is answered (``problems.unhandled``: 503 for an
+      unreachable database, else a 500 with an error id) and not re-raised, so that it is logged once, in one line.
+      An error after the answer started (a stream) can only end the response: it is logged the same way.
+    """
+
+    def __init__(
+        self, app: ASGIApp, keys: Sequence[str] = (), public: str | None = None, limit: int = MAX_BODY_BYTES
+    ) -> None:
         self.app = app
+        self.keys = [k.encode() for k in keys]
+        self.public = re.compile(public) if public else None
+        self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.perf_counter()
-        status = 500
+        begun = time.perf_counter()
+        status = 0
 
         async def _send(message: Message) -> None:
             nonlocal status
@@ -63,32 +85,44 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, _send)
+            if await self._refused(scope, _send):
+                return
+            try:
+                await self.app(scope, self._limited(receive), _send)
+            except Exception as exc:
+                response = unhandled(exc, scope["method"], scope["path"])
+                if not status:
+                    await response(scope, receive, _send)
         finally:
             log.info(
                 "request method=%s path=%s status=%d duration_ms=%.1f",
                 scope["method"],
                 scope["path"],
-                status,
-                (time.perf_counter() - started) * 1000,
+                status or 500,
+                (time.perf_counter() - begun) * 1000,
             )
 
+    def _open(self, path: str) -> bool:
+        return _open(path) or (self.public is not None and self.public.match(path) is not None)
 
-class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413 before the app reads them (declared or streamed)."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def _refused(self, scope: Scope, send: Send) -> bool:
+        """Answer a request without a valid key, or with a declared body over the limit; whether it was."""
+        if self.keys and not (self._open(scope["path"]) and scope["method"] in OPEN_METHODS):
+            presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
+            if presented is None:
+                detail = "this API requires an X-API-Key header"
+                await _send_problem(send, 401, "Unauthorized", detail, [(b"www-authenticate", b"ApiKey")])
+                return True
+            if not any(hmac.compare_digest(presented, key) for key in self.keys):
+                await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
+                return True
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 await _send_problem(send, 413, "Content Too Large", f"request body exceeds {self.limit} bytes")
-                return
+                return True
+        return False
+
+    def _limited(self, receive: Receive) -> Receive:
         seen = 0
 
         async def _receive() -> Message:
@@ -102,69 +136,4 @@ class BodyLimit:
                     raise HTTPException(413, f"request body exceeds {self.limit} bytes")
             return message
 
-        await self.app(scope, _receive, send)
-
-
-def _open(path: str) -> bool:
-    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
-
-
-class ApiKeyGuard:
-    """When MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs one of them in
-    ``X-API-Key``. ``public``: a pattern of further paths open to GET and HEAD (the served agents' cards, when the
-    operator makes them public)."""
-
-    def __init__(self, app: ASGIApp, keys: Sequence[str], public: str | None = None) -> None:
-        self.app = app
-        self.keys = [k.encode() for k in keys]
-        self.public = re.compile(public) if public else None
-
-    def _open(self, path: str) -> bool:
-        return _open(path) or (self.public is not None and self.public.match(path) is not None)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or (self._open(scope["path"]) and scope["method"] in OPEN_METHODS):
-            await self.app(scope, receive, send)
-            return
-        presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
-        if presented is None:
-            await _send_problem(
-                send,
-                401,
-                "Unauthorized",
-                "this API requires an X-API-Key header",
-                [(b"www-authenticate", b"ApiKey")],
-            )
-            return
-        if not any(hmac.compare_digest(presented, key) for key in self.keys):
-            await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
-            return
-        await self.app(scope, receive, send)
-
-
-class Unhandled:
-    """Answers an error no exception handler answered (``problems.unhandled``: 503 for an unreachable database, else
-    a 500 with an error id) and does not re-raise it, so that it is logged once, in one line. An error after the
-    answer started (a stream) can only end the response: it is logged the same way."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def _send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, receive, _send)
-        except Exception as exc:
-            response = unhandled(exc, scope["method"], scope["path"])
-            if not started:
-                await response(scope, receive, send)
+        return _receive

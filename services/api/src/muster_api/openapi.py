@@ -1,7 +1,7 @@
 """The OpenAPI document says what the API answers: the problem responses that apply to every route are added here,
 once, beside the ones each route documents itself (its own rules: 404 for a name, 409 for a conflict…).
 
-Every route can answer: 401/403 when the service has API keys (``ApiKeyGuard``), 422 for input that breaks a rule,
+Every route can answer: 401/403 when the service has API keys (``middleware.Edge``), 422 for input that breaks a rule,
 503 while the database is unreachable; a route that takes a body, 413 over the body limit.
 """
 

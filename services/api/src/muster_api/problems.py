@@ -208,7 +208,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     # Registered per class so that Starlette answers them without re-raising. Anything else is answered by the
-    # ``Unhandled`` middleware: an ``Exception`` handler here would be Starlette's server-error handler, which
+    # ``Edge`` middleware: an ``Exception`` handler here would be Starlette's server-error handler, which
     # re-raises after answering, and the server would log the error a second time with its whole traceback.
     for cls in STATUS:
         app.add_exception_handler(cls, _mapped)
