@@ -1,5 +1,5 @@
-"""The hot routes skip FastAPI's general request handler (``muster_api.leanroute``): they must answer every input
-exactly as FastAPI's handler would, and the hot mesh routes must actually take that path."""
+"""The hot routes skip FastAPI's general request handler and router (``muster_api.leanroute``): they must answer
+every input exactly as FastAPI's handler and router would, and the hot mesh routes must actually take that path."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from starlette.requests import Request
 from muster_api import problems
 from muster_api.app import create_app
 from muster_api.jsonbody import StrictJsonRoute
-from muster_api.leanroute import Direct, LeanRoute, _lean
+from muster_api.leanroute import Direct, HotPaths, LeanRoute, _lean
 from muster_api.settings import Settings
 from tests.support.app import running
 
@@ -124,14 +124,34 @@ async def test_a_lean_route_answers_every_input_as_fastapis_handler_does() -> No
     assert await _answers(lean) == await _answers(full)
 
 
-def test_the_hot_mesh_routes_take_the_lean_path(tmp_path: object) -> None:
+def test_the_hot_mesh_routes_take_the_lean_path_and_the_hot_paths_table(tmp_path: object) -> None:
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/l.db"))
-    contexts = {
-        (m, c.path): c
-        for r in app.router.routes
-        for c in getattr(r, "effective_route_contexts", list)()
-        for m in c.methods or ()
-    }
+    hot = app.router.routes[0]
+    assert isinstance(hot, HotPaths)
     for method, path in (("POST", "/mesh/messages"), ("GET", "/mesh/inbox"), ("POST", "/mesh/checkin")):
-        context = contexts[(method, path)]
+        context = hot.table[(method, path)]
         assert _lean(context.dependant, context._embed_body_fields) is not None, path
+
+
+def test_the_hot_paths_table_never_claims_a_path_an_earlier_route_answers(tmp_path: object) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/h.db"))
+    earlier = APIRouter()
+
+    @earlier.get("/mesh/inbox")
+    async def shadow() -> dict[str, str]:
+        return {}
+
+    app.include_router(earlier)
+    routes = [route for route in app.router.routes if not isinstance(route, HotPaths)]
+    assert ("GET", "/mesh/inbox") in HotPaths(routes).table
+    routes.insert(0, routes.pop())
+    table = HotPaths(routes).table
+    assert ("GET", "/mesh/inbox") not in table and ("POST", "/mesh/messages") in table
+
+
+async def test_the_router_still_answers_what_the_hot_paths_do_not(tmp_path: object) -> None:
+    async with running(create_app(Settings(database_url=f"sqlite:///{tmp_path}/r.db"))) as client:
+        wrong_method = await client.put("/mesh/messages", json={})
+        assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+        slash = await client.get("/mesh/inbox/")
+        assert slash.status_code == 307 and slash.headers["location"].endswith("/mesh/inbox")

@@ -19,6 +19,7 @@ from muster_api.dispatch import component as dispatch_component
 from muster_api.dispatch.routes import config_router
 from muster_api.dispatch.routes import router as dispatch_router
 from muster_api.health import router as health_router
+from muster_api.leanroute import HotPaths
 from muster_api.logs import configure as configure_logging
 from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
@@ -70,6 +71,8 @@ def create_app(
     # Each served agent is an A2A sub-application of its own (see served/apps.py), behind the same middlewares.
     app.mount(SERVED_PREFIX, ServedAgents())
     dashboard.install(app)
+    # First: the hot mesh routes are found by one lookup instead of the router's walk (see leanroute.HotPaths).
+    app.router.routes.insert(0, HotPaths(app.router.routes))
     app.add_middleware(
         Edge,
         keys=[k.get_secret_value() for k in settings.api_keys],
