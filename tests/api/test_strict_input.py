@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from muster_api.jsonbody import loads_strict
 from tests.mesh.support import auth, join, mesh_app
 
 pytestmark = pytest.mark.anyio
@@ -85,3 +87,26 @@ async def test_an_a2a_task_is_checked_before_any_call(
         r = await client.post("/a2a/tools/anything/call", json=body)
         assert r.status_code == 422, r.text
         assert [(e["field"], e["rule"]) for e in r.json()["errors"]] == [(field, rule)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"a": [1, {"b": "c"}]}',
+        '{"a": "é"}'.encode("utf-16"),
+        '{"a": "é"}'.encode("utf-32-le"),
+        '\ufeff{"a": 1}'.encode(),
+        b'"\\ud800"',
+        b"\xff\xfe",
+        b"{not json",
+        b"  ",
+    ],
+)
+def test_the_strict_parse_reads_bytes_as_json_loads_does(data: bytes) -> None:
+    def outcome(parse: Callable[[bytes], object]) -> object:
+        try:
+            return parse(data)
+        except ValueError as exc:
+            return type(exc)
+
+    assert outcome(loads_strict) == outcome(json.loads)

@@ -34,9 +34,14 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# ``json.loads`` with a hook builds a decoder per call: this one is built once.
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs)
+
+
 def loads_strict(data: bytes) -> Any:
-    """``json.loads`` that raises ``DuplicateKey`` for an object naming a key twice."""
-    return json.loads(data, object_pairs_hook=_pairs)
+    """``json.loads`` that raises ``DuplicateKey`` for an object naming a key twice: the bytes decoded as
+    ``json.loads`` decodes them (UTF-8, -16 or -32, detected), then parsed."""
+    return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
 
 
 def _is_json(content_type: str | None) -> bool:
