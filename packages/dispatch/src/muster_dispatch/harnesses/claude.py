@@ -271,10 +271,13 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables={k: v for k, v in variables.items() if k in CREDENTIAL_VARIABLES})
 
 
+# Skip the first-run onboarding in a fresh private home; nothing here refers to a variable, so it is encoded once
+# (the configuration is asked for on every turn).
+_SETTINGS = json.dumps({"hasCompletedOnboarding": True})
+
+
 def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
-    # Skip the first-run onboarding in a fresh private home; nothing here refers to a variable.
-    settings = {"hasCompletedOnboarding": True}
-    return AgentConfiguration(files={".claude.json": json.dumps(settings)})
+    return AgentConfiguration(files={".claude.json": _SETTINGS})
 
 
 def project_dir(workspace: Path) -> str:
