@@ -1,4 +1,5 @@
-"""``LocalProcess``: one CLI process, its pipes as asyncio streams, its exit, and the kill of its whole tree.
+"""``LocalProcess``: one CLI process, its stdout as an asyncio stream and its stderr as lines, its exit, and the kill
+of its whole tree.
 
 Started with ``subprocess.Popen``, its pipes connected to the running loop, its exit watched through a pidfd (Linux;
 a waiting thread elsewhere). Not ``asyncio.create_subprocess_exec``: on Python 3.11 that starts a thread per process to
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
+from muster_dispatch.line_pipe import LinePipe
 from muster_dispatch.processes import descendants, signal_all
 
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
@@ -31,7 +33,7 @@ class LocalProcess:
         self,
         popen: subprocess.Popen[bytes],
         stdout: asyncio.StreamReader,
-        stderr: asyncio.StreamReader,
+        stderr: LinePipe,
         stdin: asyncio.StreamWriter | None,
         transports: list[asyncio.BaseTransport],
         marker: str | None = None,
@@ -129,7 +131,9 @@ async def spawn(
     try:
         assert popen.stdout is not None and popen.stderr is not None
         stdout = await _reader(loop, popen.stdout, transports)
-        stderr = await _reader(loop, popen.stderr, transports)
+        stderr = LinePipe(loop, STREAM_LIMIT)
+        transport, _ = await loop.connect_read_pipe(lambda: stderr, popen.stderr)
+        transports.append(transport)
         writer: asyncio.StreamWriter | None = None
         if popen.stdin is not None:
             pipe, protocol = await loop.connect_write_pipe(FlowControlMixin, popen.stdin)

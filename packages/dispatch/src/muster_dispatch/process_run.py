@@ -1,8 +1,8 @@
 """``ProcessRun``: one CLI process of a turn, read to its end.
 
-It owns the process's two readers (stdout decoded into events, stderr as ``stderr`` events), its live input, and the
-stuck-pipe timer: if the CLI exits but a child keeps its pipes open, the readers would wait forever, so the process
-group is swept a grace period after the exit.
+It owns the process's two readers (stdout decoded into events, stderr lines as ``stderr`` events), its live input,
+and the stuck-pipe timer: if the CLI exits but a child keeps its pipes open, the readers would wait forever, so the
+process group is swept a grace period after the exit.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ class ProcessRun:
         self.live = live
         self._running = False
         self._timers: list[asyncio.TimerHandle] = []
-        self._stderr: asyncio.Future[None] | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -56,10 +55,11 @@ class ProcessRun:
     async def run(self) -> int:
         """Read both streams to their end and wait for the exit; the process group is swept afterwards."""
         self._running = True
-        self._stderr = asyncio.ensure_future(self._read_stderr())
+        stderr = self.process.stderr
+        stderr.consume(self._stderr_line)
         self._timers.append(asyncio.get_running_loop().call_later(READ_GRACE, self._check_exit))
         await self._read_stdout()
-        await self._stderr
+        await stderr.closed
         code = await self.process.wait()
         self._running = False
         self.process.sweep()
@@ -74,8 +74,7 @@ class ProcessRun:
         self._running = False
         if self.returncode is None:
             self.process.kill_now()
-        if self._stderr is not None:
-            self._stderr.cancel()
+        self.process.stderr.detach()
         for handle in self._timers:
             handle.cancel()
         self.process.close()
@@ -102,12 +101,8 @@ class ProcessRun:
             self.live = None
             self.process.close_stdin()  # the protocol is over: the CLI ends the turn and exits
 
-    async def _read_stderr(self) -> None:
-        while True:
-            raw = await self.process.stderr.readline()
-            if not raw:
-                return
-            self._on_event(AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n")))
+    def _stderr_line(self, raw: bytes) -> None:
+        self._on_event(AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n")))
 
     def _check_exit(self) -> None:
         # A timer, not an exit watcher: a short turn ends before it ever fires, so it costs no wake-up.
