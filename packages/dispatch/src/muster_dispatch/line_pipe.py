@@ -1,9 +1,9 @@
-"""``LinePipe``: a pipe read as lines without a reader task (a CLI's stderr).
+"""``LinePipe``: a pipe read as lines without a reader task (a CLI's stdout and stderr).
 
-A reader task and a ``StreamReader`` cost a task, its steps and a ``readline`` per line on every turn, for a stream
-that is most often empty. Here each complete line goes to the consumer from the loop's own read callback; lines that
-arrive before a consumer is attached are kept for it. ``closed`` is done at the end of the stream, or holds the
-consumer's exception (the first one; delivery stops there) as a failed reader task would have.
+A reader task and a ``StreamReader`` cost a task, its steps, a ``readline`` and its wake-ups per line on every turn.
+Here each complete line goes to the consumer from the loop's own read callback; lines that arrive before a consumer is
+attached are kept for it. ``closed`` is done at the end of the stream, or holds the consumer's exception (the first
+one; delivery stops there) as a failed reader task would have.
 """
 
 from __future__ import annotations
