@@ -61,7 +61,9 @@ async def test_a_direct_send_hands_the_other_instance_its_message(postgres_serve
         sending, waiting = PgNotifier(engine), PgNotifier(engine)
         async with anyio.create_task_group() as tg:
             await tg.start(waiting.run)
-            mesh = Mesh(make_store(engine, dialect_of(engine)), sending)
+            await tg.start(sending.run)  # publishes on its own listening connection
+            store = make_store(engine, dialect_of(engine))
+            mesh = Mesh(store, sending)
             bob = await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
             alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
             assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord)
@@ -78,6 +80,7 @@ async def test_a_direct_send_hands_the_other_instance_its_message(postgres_serve
                 with anyio.fail_after(10):
                     await sub.wait()
                 assert sub.take() == [], "too big to carry: woken with the recipient only"
+            await store.aclose()
             tg.cancel_scope.cancel()
     finally:
         await engine.dispose()
@@ -141,8 +144,10 @@ async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: P
 
         async with anyio.create_task_group() as tg:
             await tg.start(listening.run)
+            sending = PgNotifier(engine)
+            await tg.start(sending.run)  # publishes on its own listening connection
             store = make_store(engine, dialect_of(engine))
-            mesh = Mesh(store, PgNotifier(engine))
+            mesh = Mesh(store, sending)
             bob = await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
             alice = await mesh.checkin(CheckinRequest(agent_id="alice", confirm=True))
             assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord) and alice.token
@@ -153,6 +158,7 @@ async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: P
             )
             assert entry is not None and entry.seq == 2, "stored in one statement"
             assert await everything_heard("second") == [], "the statement that stored it notified no one"
+            await store.aclose()
             tg.cancel_scope.cancel()
     finally:
         await engine.dispose()

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
+from muster_api.db.notify import PgNotifier
 from muster_api.mesh.component import make_store
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, SendRequest, SendResult, Superseded
@@ -189,6 +190,44 @@ async def test_a_direct_send_on_sqlite_is_one_trip_to_the_drivers_thread(
         assert trips == 2, "a read too"
         monkeypatch.undo()
         assert [(m.seq, m.body, m.sender) for m in page.messages] == [(2, "again", "alice")]
+
+
+@pytest.mark.postgres  # the store's own asyncpg connections and the listening one exist on PostgreSQL only
+async def test_a_send_its_wake_up_and_a_read_take_no_connection_from_the_engines_pool(
+    postgres_server: PostgresServer,
+) -> None:
+    # A checkout from SQLAlchemy's pool and back costs more CPU than the statement it runs: the paths every message
+    # takes run on the store's asyncpg connections, and the wake-up on the notifier's listening one.
+    db_url = postgres_server.create(migrated=True)
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        sending, other = PgNotifier(engine), PgNotifier(engine)  # this instance's and another instance's
+        async with anyio.create_task_group() as tg:
+            await tg.start(sending.run)
+            await tg.start(other.run)
+            store = make_store(engine, dialect_of(engine))
+            try:
+                mesh = Mesh(store, sending)
+                tokens = await join(mesh, "alice", "bob")
+                # The first send and read learn the tokens' agent_ids and TTLs (a transaction each).
+                await mesh.send(SendRequest(to="bob", body="hello", confirm=True), token=tokens["alice"])
+                await mesh.read_inbox(token=tokens["bob"], after=0)
+                checkouts: list[object] = []
+                event.listen(engine.sync_engine.pool, "checkout", lambda *args: checkouts.append(args))
+                async with other.subscribe("bob") as woken:
+                    sent = await mesh.send(SendRequest(to="bob", body="again", confirm=True), token=tokens["alice"])
+                    with anyio.fail_after(10):
+                        await woken.wait()
+                    page = await mesh.read_inbox(token=tokens["bob"], after=1)
+                assert checkouts == [], "no checkout for the send, its NOTIFY or the read"
+                assert [e.message.body for e in woken.take()] == ["again"], "the other instance heard it"
+                assert isinstance(sent, SendResult) and [m.body for m in page.messages] == ["again"]
+            finally:
+                await store.aclose()
+            tg.cancel_scope.cancel()
+    finally:
+        await engine.dispose()
+        postgres_server.drop(db_url)
 
 
 async def test_agents_messaging_each_other_at_once_store_every_message_in_order(db_url: str) -> None:

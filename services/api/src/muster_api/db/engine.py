@@ -29,8 +29,10 @@ def create_engine(url: str, **kwargs: Any) -> AsyncEngine:
         # past the kept ones (an overflow) is closed as soon as it is handed back, and opening one costs more CPU
         # than the statements it then runs (the connection, its authentication, asyncpg's prepared statements made
         # again): with 10 kept and 10 of overflow, 100 long-polling readers and 50 senders on two instances opened
-        # several connections a second, all along.
-        kwargs.setdefault("pool_size", 20)
+        # several connections a second, all along. The statements every message runs (a send, an inbox read) have
+        # connections of their own beside these (muster_api.db.driver_pool, 10 more): an instance keeps at most 20,
+        # plus one listening per capability.
+        kwargs.setdefault("pool_size", 10)
         kwargs.setdefault("max_overflow", 0)
         # Last in, first out: a request takes the connection used most recently, whose server process is awake and
         # which was not idle long enough to need a ping (see _ping_idle). First in, first out rotates through the

@@ -5,13 +5,16 @@ A mesh wake-up leaves right after the message commits, in a statement of its own
 answers. Not from inside the sending statement: PostgreSQL serialises the commits of transactions that NOTIFY (a
 lock held through the commit's WAL flush), so senders that notified in their own statement committed one flush at a
 time, all their row locks held meanwhile; a statement that only notifies writes no WAL and holds that lock for
-moments. The wake-ups of concurrent sends leave together, in one statement. Dispatch's run writes still notify from
-inside their transaction (``notify_in_transaction``). Each notification carries the sending instance's id: that
-instance has already woken its own waiters (in-process, no round trip) and skips its own echo. A mesh notification
-carries the message itself when it fits: a waiter on another instance then answers from it, as one on the sending
-instance does, without reading the store. Every instance keeps one dedicated asyncpg connection listening. A lost
-listener connection is re-opened and then every local waiter is woken once, since wake-ups may have been missed
-meanwhile: waiters re-read the store, so a spurious wake costs one read, a missed one would cost a whole long-poll.
+moments. These statements run one at a time, each carrying the wake-ups of every send that published meanwhile, on
+the instance's listening connection: no checkout from the engine's pool, which costs more CPU than the statement.
+Dispatch's run writes still notify from inside their transaction (``notify_in_transaction``).
+
+Each notification carries the sending instance's id: that instance has already woken its own waiters (in-process, no
+round trip) and skips its own echo. A mesh notification carries the message itself when it fits: a waiter on another
+instance then answers from it, as one on the sending instance does, without reading the store. Every instance keeps
+one dedicated asyncpg connection listening. A lost listener connection is re-opened and then every local waiter is
+woken once, since wake-ups may have been missed meanwhile: waiters re-read the store, so a spurious wake costs one
+read, a missed one would cost a whole long-poll.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from sqlalchemy import bindparam, select
 from sqlalchemy import func as sqlfunc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from muster_api.db.driver_pool import asyncpg_dsn
+from muster_api.errors import NotReadyError
 from muster_mesh import InboxEntry, LocalNotifier, MessageRecord
 from muster_mesh.notify import LocalSubscription
 
@@ -83,8 +88,7 @@ class PgNotifier:
         # and its own payloads (``handed``).
         self.channel = channel
         self._notify = select(sqlfunc.pg_notify(channel, bindparam("p_payload")))
-        self._engine = engine
-        self._dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dsn = asyncpg_dsn(engine)
         self.instance = uuid.uuid4().hex[:12]
         self.local = local or LocalNotifier()
         self.listener_pid: int | None = None
@@ -93,6 +97,8 @@ class PgNotifier:
         self._sending = anyio.Lock()
         self._failed: tuple[list[str], Exception] | None = None
         self.reconnects = 0
+        # The listening connection while it is up: the NOTIFY statements of ``publish`` run on it too.
+        self._listening: Any = None
 
     @asynccontextmanager
     async def subscribe(self, agent_id: str) -> AsyncIterator[LocalSubscription]:
@@ -158,16 +164,12 @@ class PgNotifier:
                 raise self._failed[1]
 
     async def _notify_now(self, payloads: list[str]) -> None:
-        async with self._engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            try:
-                await driver.execute(_NOTIFY_ALL, self.channel, payloads)
-            except BaseException:
-                # Past SQLAlchemy's error handling: a connection in an unknown state must not go back to the pool.
-                with anyio.CancelScope(shield=True):
-                    await conn.invalidate()
-                raise
+        conn = self._listening
+        if conn is None:
+            # Between a lost listening connection and the next: the other instances' waiters read the store when
+            # it comes back (every waiter is woken then), or at the end of their long-poll.
+            raise NotReadyError("the notifier is not connected to PostgreSQL")
+        await conn.execute(_NOTIFY_ALL, self.channel, payloads)
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         instance, _, rest = payload.partition("|")
@@ -206,6 +208,7 @@ class PgNotifier:
             try:
                 await conn.add_listener(self.channel, self._on_notify)
                 self.listener_pid = conn.get_server_pid()
+                self._listening = conn
                 if started:
                     self.reconnects += 1
                     log.info("mesh listener reconnected; waking every waiter once")
@@ -216,6 +219,7 @@ class PgNotifier:
                 await lost.wait()
                 log.warning("mesh listener connection lost; reconnecting")
             finally:
+                self._listening = None
                 with anyio.CancelScope(shield=True):
                     if not conn.is_closed():
                         await conn.close(timeout=2)

@@ -4,8 +4,9 @@ an inbox read (the lease renewal and the page in one statement, outside any tran
 its own, and BEGIN and COMMIT would be two more round trips). No wake-up rides these statements: the mesh publishes
 them after the commit (see muster_api.db.notify).
 
-The inbox read and a directory page run on the asyncpg connection under the pooled one: through SQLAlchemy's adapter,
-compiling the statement and processing its rows cost more CPU than PostgreSQL spends running it."""
+The one-statement send and read run on asyncpg connections of the store's own (``DriverPool``), a directory page on
+the asyncpg connection under the pooled one: through SQLAlchemy, checking the connection out, compiling the statement
+and processing its rows cost more CPU than PostgreSQL spends running it."""
 
 from __future__ import annotations
 
@@ -17,9 +18,18 @@ from typing import Any
 import anyio
 from sqlalchemy import BigInteger, ColumnElement, Select, String, bindparam, literal_column, text, type_coerce
 from sqlalchemy.engine import Dialect as SaDialect
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from muster_api.mesh.store import SqlMeshStore, SqlMeshTx, agent_from, message_values, shown_columns
+from muster_api.db.dialect import Dialect
+from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
+from muster_api.mesh.store import (
+    SqlMeshStore,
+    SqlMeshTx,
+    TransactionNotifier,
+    agent_from,
+    message_values,
+    shown_columns,
+)
 from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.directory import ShownRow
@@ -178,6 +188,10 @@ SELECT b.last_seq FROM b, s
 class PostgresMeshStore(SqlMeshStore):
     tx_class = PostgresMeshTx
 
+    def __init__(self, engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> None:
+        super().__init__(engine, dialect, notifier)
+        self.driver = DriverPool(asyncpg_dsn(engine))
+
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
     ) -> InboxEntry | None:
@@ -188,16 +202,10 @@ class PostgresMeshStore(SqlMeshStore):
             return None
         expires_at = now + timedelta(seconds=ttl)
         args = (sender, token_hash, now, expires_at, ttl, to, message_id, body, thread_id)
-        rows = await self._driver_fetch(_RENEW_AND_DELIVER, *args)
+        rows = await self.driver.fetch(_RENEW_AND_DELIVER, *args)
         if not rows:
             return None
         return InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
-
-    async def _driver_fetch(self, sql: str, *args: object) -> list[Any]:
-        """One autocommit statement on the asyncpg connection under a pooled one (no SQLAlchemy statement or result
-        processing)."""
-        async with self.engine.connect() as conn:
-            return await _fetch_on_driver(conn, sql, *args)
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int
@@ -207,7 +215,7 @@ class PostgresMeshStore(SqlMeshStore):
         ttl = self.ttl_hints.get(token_hash)
         if ttl is None:
             return None
-        rows = await self._driver_fetch(
+        rows = await self.driver.fetch(
             _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
         )
         if not rows:
@@ -227,6 +235,9 @@ class PostgresMeshStore(SqlMeshStore):
             if r["seq"] is not None
         ]
         return agent_from(rows[0]), entries
+
+    async def aclose(self) -> None:
+        await self.driver.aclose()
 
 
 __all__ = ["PostgresMeshStore", "PostgresMeshTx"]
