@@ -97,8 +97,13 @@ def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
     A date without a year is the next such date; a time without a date is the next such time (both after ``now``).
     Times are read in the zone the message names (IANA name or UTC), else UTC.
     """
-    lowered = text.lower()
-    if "reset" not in lowered and "try again" not in lowered and "regain" not in lowered and "again" not in lowered:
+    return reset_in(text, text.lower(), now)
+
+
+def reset_in(text: str, lowered: str, now: datetime | None = None) -> datetime | None:
+    """``parse_reset(text)`` for a caller that has ``text.lower()`` already (a quota test lowers it too): lowering a
+    long message that is not ASCII costs as much as decoding its line."""
+    if "reset" not in lowered and "again" not in lowered and "regain" not in lowered:  # "again": "try again" too
         return None  # the common case, without running the two patterns
     # Each pattern needs something a substring test finds faster than the pattern's own scan: the ISO one a date
     # ("2030-01-01"), the other one its case-sensitive opening word, from where the scan can start.
@@ -110,46 +115,71 @@ def parse_reset(text: str, *, now: datetime | None = None) -> datetime | None:
             return when.replace(tzinfo=_zone(iso["tz"] or iso["tzword"])).astimezone(UTC)
         except ValueError:
             pass
-    starts = [i for i in (text.find("reset"), text.find("try")) if i >= 0]
-    for match in _RESET.finditer(text, min(starts, default=len(text))):
-        parsed = _from_match(match, now or datetime.now(UTC))
+    reset, tried = text.find("reset"), text.find("try")
+    start = min(reset, tried) if reset >= 0 and tried >= 0 else max(reset, tried)
+    if start < 0:
+        return None
+    for match in _RESET.finditer(text, start):
+        parsed = _from_match(match, now)
         if parsed is not None:
             return parsed
     return None
 
 
-def _from_match(match: re.Match[str], now: datetime) -> datetime | None:
-    hour = int(match["hour"])
-    minute = int(match["minute"] or 0)
-    ampm = (match["ampm"] or "").replace(".", "").lower()
-    if not ampm and match["minute"] is None:
-        return None  # a bare number ("resets 5 times") is not a time
+def _from_match(match: re.Match[str], now: datetime | None) -> datetime | None:
+    month_name, day, year, hour, minute, ampm, tz, tzword = match.group(
+        "month", "day", "year", "hour", "minute", "ampm", "tz", "tzword"
+    )
+    clock = _clock(hour, minute, ampm)
+    if clock is None:
+        return None
+    zone = _zone(tz or tzword)
+    if month_name is None:
+        local_now = (now or datetime.now(UTC)).astimezone(zone)
+        when = local_now.replace(hour=clock[0], minute=clock[1], second=0, microsecond=0)
+        if when <= local_now:
+            when += timedelta(days=1)
+        return when.astimezone(UTC)
+    month = _MONTHS.get(month_name.lower())
+    if month is None:
+        return None
+    return _on_date(int(year) if year else None, month, int(day), clock, zone, now)
+
+
+def _on_date(
+    year: int | None, month: int, day: int, clock: tuple[int, int], zone: tzinfo, now: datetime | None
+) -> datetime | None:
+    """That date at that time, in UTC; without a year, the next such date (the clock is read only then). Positional
+    arguments: a keyword makes the datetime constructor parse its arguments the slow way."""
+    if year is not None:
+        try:
+            return datetime(year, month, day, *clock, 0, 0, zone).astimezone(UTC)
+        except ValueError:
+            return None
+    local_now = (now or datetime.now(UTC)).astimezone(zone)
+    try:
+        when = datetime(local_now.year, month, day, *clock, 0, 0, zone)
+    except ValueError:
+        return None
+    if when < local_now:
+        when = when.replace(year=when.year + 1)
+    return when.astimezone(UTC)
+
+
+def _clock(hour_text: str, minute_text: str | None, ampm_text: str | None) -> tuple[int, int] | None:
+    """(hour, minute) on a 24-hour clock, or None for a bare number ("resets 5 times") or an impossible time."""
+    hour = int(hour_text)
+    minute = int(minute_text or 0)
+    ampm = (ampm_text or "").replace(".", "").lower()
+    if not ampm and minute_text is None:
+        return None
     if ampm:
         if not 1 <= hour <= 12:
             return None
         hour = hour % 12 + (12 if ampm == "pm" else 0)
     if hour > 23 or minute > 59:
         return None
-    zone = _zone(match["tz"] or match["tzword"])
-    local_now = now.astimezone(zone)
-    month_name = match["month"]
-    if month_name is not None:
-        month = _MONTHS.get(month_name.lower())
-        if month is None:
-            return None
-        day = int(match["day"])
-        year = int(match["year"]) if match["year"] else local_now.year
-        try:
-            when = datetime(year, month, day, hour, minute, tzinfo=zone)
-        except ValueError:
-            return None
-        if not match["year"] and when < local_now:
-            when = when.replace(year=year + 1)
-    else:
-        when = local_now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-        if when <= local_now:
-            when += timedelta(days=1)
-    return when.astimezone(UTC)
+    return hour, minute
 
 
 def _zone(name: str | None) -> tzinfo:

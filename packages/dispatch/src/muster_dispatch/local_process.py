@@ -1,4 +1,5 @@
-"""``LocalProcess``: one CLI process, its pipes as asyncio streams, its exit, and the kill of its whole tree.
+"""``LocalProcess``: one CLI process, its output as lines, its stdin as an asyncio stream, its exit, and the kill of
+its whole tree.
 
 Started with ``subprocess.Popen``, its pipes connected to the running loop, its exit watched through a pidfd (Linux;
 a waiting thread elsewhere). Not ``asyncio.create_subprocess_exec``: on Python 3.11 that starts a thread per process to
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
+from muster_dispatch.line_pipe import LinePipe
 from muster_dispatch.processes import descendants, signal_all
 
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
@@ -30,8 +32,8 @@ class LocalProcess:
     def __init__(
         self,
         popen: subprocess.Popen[bytes],
-        stdout: asyncio.StreamReader,
-        stderr: asyncio.StreamReader,
+        stdout: LinePipe,
+        stderr: LinePipe,
         stdin: asyncio.StreamWriter | None,
         transports: list[asyncio.BaseTransport],
         marker: str | None = None,
@@ -57,11 +59,17 @@ class LocalProcess:
             self._exited.set_result(code if code is not None else 0)
 
     async def write(self, text: str) -> None:
+        self.write_now(text)
+        assert self.stdin is not None
+        await self.stdin.drain()
+
+    def write_now(self, text: str) -> None:
+        """Write without waiting for the pipe to drain (a protocol's answer to a line, written from the read
+        callback; the pipe's buffer holds it)."""
         stdin = self.stdin
         if stdin is None or stdin.is_closing():
             raise DispatchError("steering", "the turn no longer accepts input")
         stdin.write(text.encode())
-        await stdin.drain()
 
     def close_stdin(self) -> None:
         stdin = self.stdin
@@ -128,8 +136,8 @@ async def spawn(
     transports: list[asyncio.BaseTransport] = []
     try:
         assert popen.stdout is not None and popen.stderr is not None
-        stdout = await _reader(loop, popen.stdout, transports)
-        stderr = await _reader(loop, popen.stderr, transports)
+        stdout = await _lines(loop, popen.stdout, transports)
+        stderr = await _lines(loop, popen.stderr, transports)
         writer: asyncio.StreamWriter | None = None
         if popen.stdin is not None:
             pipe, protocol = await loop.connect_write_pipe(FlowControlMixin, popen.stdin)
@@ -162,13 +170,11 @@ def _popen(
     )
 
 
-async def _reader(
-    loop: asyncio.AbstractEventLoop, pipe: object, transports: list[asyncio.BaseTransport]
-) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader(limit=STREAM_LIMIT, loop=loop)
-    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe)
+async def _lines(loop: asyncio.AbstractEventLoop, pipe: object, transports: list[asyncio.BaseTransport]) -> LinePipe:
+    lines = LinePipe(loop, STREAM_LIMIT)
+    transport, _ = await loop.connect_read_pipe(lambda: lines, pipe)
     transports.append(transport)
-    return reader
+    return lines
 
 
 def _watch_exit(

@@ -1,8 +1,9 @@
 """``ProcessRun``: one CLI process of a turn, read to its end.
 
-It owns the process's two readers (stdout decoded into events, stderr as ``stderr`` events), its live input, and the
-stuck-pipe timer: if the CLI exits but a child keeps its pipes open, the readers would wait forever, so the process
-group is swept a grace period after the exit.
+It owns the process's two readers (stdout lines decoded into events, stderr lines as ``stderr`` events, both from the
+loop's read callbacks, no reader task or stream), its live input, and the stuck-pipe timer: if the CLI exits but a
+child keeps its pipes open, the readers would wait forever, so the process group is swept a grace period after the
+exit.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ class ProcessRun:
         self.live = live
         self._running = False
         self._timers: list[asyncio.TimerHandle] = []
-        self._stderr: asyncio.Future[None] | None = None
 
     @property
     def returncode(self) -> int | None:
@@ -56,10 +56,16 @@ class ProcessRun:
     async def run(self) -> int:
         """Read both streams to their end and wait for the exit; the process group is swept afterwards."""
         self._running = True
-        self._stderr = asyncio.ensure_future(self._read_stderr())
+        stdout, stderr = self.process.stdout, self.process.stderr
+        stderr.consume(self._stderr_line)
+        stdout.consume(self._stdout_line)
         self._timers.append(asyncio.get_running_loop().call_later(READ_GRACE, self._check_exit))
-        await self._read_stdout()
-        await self._stderr
+        try:
+            await stdout.closed
+        except asyncio.CancelledError:
+            stdout.detach()  # a stopped run decodes nothing more of its output
+            raise
+        await stderr.closed
         code = await self.process.wait()
         self._running = False
         self.process.sweep()
@@ -74,40 +80,29 @@ class ProcessRun:
         self._running = False
         if self.returncode is None:
             self.process.kill_now()
-        if self._stderr is not None:
-            self._stderr.cancel()
+        self.process.stdout.detach()
+        self.process.stderr.detach()
         for handle in self._timers:
             handle.cancel()
         self.process.close()
         self.live = None
 
-    async def _read_stdout(self) -> None:
-        readline = self.process.stdout.readline
-        while True:
-            raw = await readline()
-            if not raw:
-                return
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            events = self._decode(text)
-            for event in events:
-                self._on_event(event)
-            if self.live is not None:
-                await self._answer(self.live, text, events)
+    def _stdout_line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        events = self._decode(text)
+        for event in events:
+            self._on_event(event)
+        live = self.live
+        if live is not None:
+            with contextlib.suppress(DispatchError, ConnectionError):
+                for line in live.on_line(text, events):
+                    self.process.write_now(line)
+            if live.done:
+                self.live = None
+                self.process.close_stdin()  # the protocol is over: the CLI ends the turn and exits
 
-    async def _answer(self, live: LiveInput, text: str, events: list[AgentEvent]) -> None:
-        with contextlib.suppress(DispatchError, ConnectionError):
-            for line in live.on_line(text, events):
-                await self.process.write(line)
-        if live.done:
-            self.live = None
-            self.process.close_stdin()  # the protocol is over: the CLI ends the turn and exits
-
-    async def _read_stderr(self) -> None:
-        while True:
-            raw = await self.process.stderr.readline()
-            if not raw:
-                return
-            self._on_event(AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n")))
+    def _stderr_line(self, raw: bytes) -> None:
+        self._on_event(AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n")))
 
     def _check_exit(self) -> None:
         # A timer, not an exit watcher: a short turn ends before it ever fires, so it costs no wake-up.

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
 from muster_dispatch.bootstrap import ensure_cli, ready_cli
 from muster_dispatch.errors import DispatchError, ReplayDivergence
+from muster_dispatch.event_stream import EventStream
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command, Harness
@@ -82,7 +83,7 @@ class Dispatch:
         self.deadline = deadline
         self.journal = journal
         self._provider = provider
-        self._queue: asyncio.Queue[AgentEvent | None] | None = None
+        self._queue: EventStream | None = None
         self._task: asyncio.Task[TurnResult] | None = None
         self._deadline_at: float | None = None
         self._stop: asyncio.Event | None = None
@@ -105,7 +106,7 @@ class Dispatch:
         assert self._queue is not None
         event = await self._queue.get()
         if event is None:
-            self._queue.put_nowait(None)  # every later __anext__ ends too
+            self._queue.put(None)  # every later __anext__ ends too
             raise StopAsyncIteration
         return event
 
@@ -176,7 +177,7 @@ class Dispatch:
     def _start(self) -> asyncio.Task[TurnResult]:
         if self._task is None:
             loop = asyncio.get_running_loop()
-            self._queue = asyncio.Queue()
+            self._queue = EventStream()
             self._stop = asyncio.Event()
             self._deadline_at = loop.time() + self.deadline if self.deadline is not None else None
             self._task = loop.create_task(self._main())
@@ -204,7 +205,7 @@ class Dispatch:
         if self.journal is not None:
             self.journal.record(source, {"dispatch": self.id, "agent": agent.name}, event.to_dict())
         assert self._queue is not None
-        self._queue.put_nowait(event)
+        self._queue.put(event)
 
     async def _main(self) -> TurnResult:
         owned_root: Path | None = None
@@ -244,7 +245,7 @@ class Dispatch:
             if owned_root is not None:
                 shutil.rmtree(owned_root, ignore_errors=True)
             assert self._queue is not None
-            self._queue.put_nowait(None)
+            self._queue.put(None)
 
     def _time_left(self) -> float | None:
         if self._deadline_at is None:

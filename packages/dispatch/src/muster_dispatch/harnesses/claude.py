@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent, decode_line, event
+from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import text_or_none as _s
-from muster_dispatch.usage import Usage, counter
+from muster_dispatch.usage import Usage, counter, usage
 
 PACKAGE = "@anthropic-ai/claude-code"
 VERSION = "2.1.328"
@@ -62,14 +62,8 @@ def live_message(text: str) -> str:
     return json.dumps(message) + "\n"
 
 
-def events(line: str) -> list[AgentEvent]:
-    """Decode one stream-json line; never raises."""
-    return decode_line(line, _object)
-
-
-def _object(obj: dict[str, Any]) -> list[AgentEvent]:
-    handler = _HANDLERS.get(obj.get("type"))
-    return handler(obj) if handler is not None else [event("raw", data=obj)]
+def _other(obj: dict[str, Any]) -> list[AgentEvent]:
+    return [event("raw", data=obj)]
 
 
 def _system(obj: dict[str, Any]) -> list[AgentEvent]:
@@ -165,16 +159,19 @@ def _stream(obj: dict[str, Any]) -> list[AgentEvent]:
 
 
 def _result(obj: dict[str, Any]) -> list[AgentEvent]:
-    session = _s(obj.get("session_id"))
-    text = obj.get("result") if isinstance(obj.get("result"), str) else None
-    subtype = _s(obj.get("subtype"))
-    out = [event("usage", usage=_usage(obj), data={"total_cost_usd": obj.get("total_cost_usd")})]
-    out.append(event("result", text=text, id=session, code=subtype, data=obj))
+    get = obj.get
+    session = _s(get("session_id"))
+    text = _s(get("result"))
+    subtype = _s(get("subtype"))
+    out = [
+        event("usage", usage=_usage(obj), data={"total_cost_usd": get("total_cost_usd")}),
+        event("result", text=text, id=session, code=subtype, data=obj),
+    ]
     # `is_error` decides, not `subtype`: API failures keep subtype "success".
-    if obj.get("is_error") or (subtype is not None and subtype.startswith("error")):
-        api_error = obj.get("api_error")
-        code = _s(api_error) or (str(obj["api_error_status"]) if obj.get("api_error_status") else None) or subtype
-        message = text or _s(obj.get("terminal_reason")) or subtype or "Claude Code reported an error"
+    if get("is_error") or (subtype is not None and subtype.startswith("error")):
+        api_error = get("api_error")
+        code = _s(api_error) or (str(obj["api_error_status"]) if get("api_error_status") else None) or subtype
+        message = text or _s(get("terminal_reason")) or subtype or "Claude Code reported an error"
         if isinstance(api_error, str) and api_error not in message:
             message = f"{message} ({api_error})"
         out.append(event("failure", text=message, code=code, data=obj))
@@ -184,28 +181,32 @@ def _result(obj: dict[str, Any]) -> list[AgentEvent]:
 
 def _usage(obj: dict[str, Any]) -> Usage:
     native = obj.get("usage")
-    if not isinstance(native, dict):
+    if native.__class__ is not dict:
         return Usage.missing()
-    tokens_in = counter(native.get("input_tokens"))
-    tokens_out = counter(native.get("output_tokens"))
+    get = native.get
+    tokens_in = counter(get("input_tokens"))
+    tokens_out = counter(get("output_tokens"))
     models: dict[str, Usage] = {}
     model_usage = obj.get("modelUsage")
-    if isinstance(model_usage, dict):
+    if model_usage.__class__ is dict:
         for name, m in model_usage.items():
-            if isinstance(m, dict):
-                models[str(name)] = Usage(
-                    counter(m.get("inputTokens")) or 0,
-                    counter(m.get("cacheReadInputTokens")) or 0,
-                    counter(m.get("cacheCreationInputTokens")) or 0,
-                    counter(m.get("outputTokens")) or 0,
-                )
-    return Usage(
-        tokens_in or 0,
-        counter(native.get("cache_read_input_tokens")) or 0,
-        counter(native.get("cache_creation_input_tokens")) or 0,
-        tokens_out or 0,
-        models,
-        tokens_in is not None and tokens_out is not None,
+            if m.__class__ is dict:
+                models[name] = _model_usage(m.get)
+    cached = counter(get("cache_read_input_tokens")) or 0
+    created = counter(get("cache_creation_input_tokens")) or 0
+    return usage(
+        tokens_in or 0, cached, created, tokens_out or 0, models, tokens_in is not None and tokens_out is not None
+    )
+
+
+def _model_usage(get: Callable[[str], Any]) -> Usage:
+    return usage(
+        counter(get("inputTokens")) or 0,
+        counter(get("cacheReadInputTokens")) or 0,
+        counter(get("cacheCreationInputTokens")) or 0,
+        counter(get("outputTokens")) or 0,
+        {},
+        True,
     )
 
 
@@ -230,6 +231,9 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
     "system": _system,
     "rate_limit_event": _rate_limit,
 }
+
+# Decode one stream-json line; never raises.
+events = line_decoder(_HANDLERS, _other)
 
 
 def _retry_text(obj: dict[str, Any]) -> str:
@@ -267,10 +271,13 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables={k: v for k, v in variables.items() if k in CREDENTIAL_VARIABLES})
 
 
+# Skip the first-run onboarding in a fresh private home; nothing here refers to a variable, so it is encoded once
+# (the configuration is asked for on every turn).
+_SETTINGS = json.dumps({"hasCompletedOnboarding": True})
+
+
 def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
-    # Skip the first-run onboarding in a fresh private home; nothing here refers to a variable.
-    settings = {"hasCompletedOnboarding": True}
-    return AgentConfiguration(files={".claude.json": json.dumps(settings)})
+    return AgentConfiguration(files={".claude.json": _SETTINGS})
 
 
 def project_dir(workspace: Path) -> str:

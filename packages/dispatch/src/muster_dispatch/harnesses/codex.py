@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from muster_dispatch.errors import DispatchError
-from muster_dispatch.events import AgentEvent, decode_line, event
+from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.harnesses.codex_common import (
     quota,
@@ -60,15 +60,7 @@ def request(input: AgentInput, model: str | None, program: str) -> Command:
     return Command(program, tuple(args))
 
 
-def events(line: str) -> list[AgentEvent]:
-    """Decode one ``codex exec --json`` line; never raises."""
-    return decode_line(line, _object)
-
-
-def _object(obj: dict[str, Any]) -> list[AgentEvent]:
-    handler = _HANDLERS.get(obj.get("type"))
-    if handler is not None:
-        return handler(obj)
+def _other(obj: dict[str, Any]) -> list[AgentEvent]:
     if "type" not in obj and ("method" in obj or "id" in obj):
         return decode_app_server(obj)  # live input: `codex app-server` JSON-RPC lines
     return [event("raw", data=obj)]
@@ -207,6 +199,9 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
     "turn.started": _turn_started,
     "error": _error,
 }
+
+# Decode one ``codex exec --json`` line; never raises.
+events = line_decoder(_HANDLERS, _other)
 
 
 def _usage(native: Any) -> Usage:

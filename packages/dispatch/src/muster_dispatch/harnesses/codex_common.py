@@ -8,8 +8,8 @@ import re
 from typing import Any
 
 from muster_dispatch.events import AgentEvent, event
-from muster_dispatch.faults import parse_reset
-from muster_dispatch.usage import Usage, counter
+from muster_dispatch.faults import reset_in
+from muster_dispatch.usage import Usage, counter, usage
 
 # Substring tests on the lower-cased text: several times faster than one alternation regex with IGNORECASE, and
 # failure texts are checked on the decode path.
@@ -49,8 +49,18 @@ def retry_notice(lowered: str) -> bool:
 
 def quota(text: str) -> bool:
     """A TERMINAL usage or rate limit ("Reconnecting... N/M" notices never match)."""
-    lowered = text.lower()
-    return not retry_notice(lowered) and any(word in lowered for word in QUOTA_WORDS)
+    return quota_lowered(text.lower())
+
+
+def quota_lowered(lowered: str) -> bool:
+    """``quota(text)`` given ``text.lower()``."""
+    if retry_notice(lowered):
+        return False
+    # A loop, not ``any()`` over a generator: half the cost, and this runs on every failed turn line.
+    for word in QUOTA_WORDS:  # noqa: SIM110
+        if word in lowered:
+            return True
+    return False
 
 
 def unavailable(text: str) -> bool:
@@ -58,30 +68,36 @@ def unavailable(text: str) -> bool:
     lowered = text.lower()
     if retry_notice(lowered):
         return False
-    return any(word in lowered for word in UNAVAILABLE_WORDS) or _STATUS_5XX.search(lowered) is not None
+    for word in UNAVAILABLE_WORDS:
+        if word in lowered:
+            return True
+    return _STATUS_5XX.search(lowered) is not None
 
 
 def usage_from_counts(total_input: Any, cached_input: Any, cache_write_input: Any, output: Any) -> Usage:
     """Usage from Codex's counts, where the input total includes the cached and cache-written tokens."""
-    tokens_in = counter(total_input)
-    cached = counter(cached_input) or 0
-    created = counter(cache_write_input) or 0
-    tokens_out = counter(output)
-    return Usage(
-        input=max((tokens_in or 0) - cached - created, 0),
-        cached=cached,
-        cache_created=created,
-        output=tokens_out or 0,
-        complete=tokens_in is not None and tokens_out is not None,
+    # Counts are non-negative integers but for a broken CLI: ``counter`` only for anything else (a call per count
+    # is a good part of decoding the line).
+    tokens_in = total_input if total_input.__class__ is int and total_input >= 0 else counter(total_input)
+    cached = cached_input if cached_input.__class__ is int and cached_input >= 0 else counter(cached_input) or 0
+    created = (
+        cache_write_input
+        if cache_write_input.__class__ is int and cache_write_input >= 0
+        else counter(cache_write_input) or 0
     )
+    tokens_out = output if output.__class__ is int and output >= 0 else counter(output)
+    fresh = (tokens_in or 0) - cached - created
+    complete = tokens_in is not None and tokens_out is not None
+    return usage(fresh if fresh > 0 else 0, cached, created, tokens_out or 0, {}, complete)
 
 
 def turn_failure(message: str, data: Any) -> list[AgentEvent]:
     """The events of a failed turn (before its ``finished``). Codex has no quota event of its own: the terminal
     failure text is the signal."""
     out = [event("failure", text=message, code="turn.failed", data=data)]
-    if quota(message):
-        out.append(event("quota", text=message, reset_at=parse_reset(message), code="usage_limit"))
+    lowered = message.lower()  # once for both readings: a long message that is not ASCII lowers slowly
+    if quota_lowered(lowered):
+        out.append(event("quota", text=message, reset_at=reset_in(message, lowered), code="usage_limit"))
     return out
 
 
