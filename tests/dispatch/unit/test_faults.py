@@ -91,6 +91,7 @@ def test_auth_failure_is_neither(harness) -> None:  # type: ignore[no-untyped-de
         ("resets 11am (UTC)", datetime(2029, 6, 2, 11, tzinfo=UTC)),  # already past today: tomorrow
         ("resets Mar 3 at 1am (UTC)", datetime(2030, 3, 3, 1, tzinfo=UTC)),  # no year: the next March 3rd
         ("resets Jul 4, 9pm", datetime(2029, 7, 4, 21, tzinfo=UTC)),
+        ("resets Feb 29 at 1am (UTC)", datetime(2032, 2, 29, 1, tzinfo=UTC)),  # no year: the next leap year's
         ("You will regain access on 2030-01-01 at 00:00 UTC.", datetime(2030, 1, 1, tzinfo=UTC)),
         ("regain access on 2030-03-04 at 7:15 (Europe/Paris)", datetime(2030, 3, 4, 6, 15, tzinfo=UTC)),
         ("resets on 2030-02-03", datetime(2030, 2, 3, tzinfo=UTC)),
@@ -101,7 +102,14 @@ def test_parse_reset(text: str, expected: datetime) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["no reset here", "resets 5 times", "resets Foo 1, 2030, 12am", "try again at Feb 30th, 2030 1:00 AM"]
+    "text",
+    [
+        "no reset here",
+        "resets 5 times",
+        "resets Foo 1, 2030, 12am",
+        "try again at Feb 30th, 2030 1:00 AM",
+        "resets Apr 31 at 1am",  # no year has it
+    ],
 )
 def test_parse_reset_without_a_time(text: str) -> None:
     assert parse_reset(text, now=NOW) is None

@@ -157,13 +157,16 @@ def _on_date(
         except ValueError:
             return None
     local_now = (now or datetime.now(UTC)).astimezone(zone)
-    try:
-        when = datetime(local_now.year, month, day, *clock, 0, 0, zone)
-    except ValueError:
-        return None
-    if when < local_now:
-        when = when.replace(year=when.year + 1)
-    return when.astimezone(UTC)
+    # The first year from this one where that date exists and is still ahead: February 29 may be four years away
+    # (eight across a century that skips it); a date no year has (April 31) is none.
+    for year_ahead in range(local_now.year, local_now.year + 9):
+        try:
+            when = datetime(year_ahead, month, day, *clock, 0, 0, zone)
+        except ValueError:
+            continue
+        if when >= local_now:
+            return when.astimezone(UTC)
+    return None
 
 
 def _clock(hour_text: str, minute_text: str | None, ampm_text: str | None) -> tuple[int, int] | None:
