@@ -26,7 +26,9 @@ async def get_runtime(request: Request) -> Runtime:
     return runtime
 
 
-async def get_mesh(request: Request) -> Mesh:
+def mesh_of(request: Request) -> Mesh:
+    """The mesh, for the mesh routes' one dependency (``mesh.routes.Caller``), which reads everything it needs from
+    the request itself: a plain function, since a lean route computes that dependency without awaiting anything."""
     mesh: Mesh = request.app.state.mesh
     return mesh
 
@@ -36,10 +38,9 @@ async def get_a2a(request: Request) -> A2AState:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-MeshDep = Annotated[Mesh, Depends(get_mesh)]
 if TYPE_CHECKING:
     A2ADep = Annotated[A2AState, Depends(get_a2a)]
 else:
     A2ADep = Annotated[object, Depends(get_a2a)]
 
-__all__ = ["A2ADep", "MeshDep", "RuntimeDep", "get_a2a", "get_mesh", "get_runtime"]
+__all__ = ["A2ADep", "RuntimeDep", "get_a2a", "get_runtime", "mesh_of"]

@@ -45,8 +45,11 @@ def loads_strict(data: bytes) -> Any:
 
 
 def _is_json(content_type: str | None) -> bool:
+    """Whether the body is parsed strictly here: also without a content type, so that a client that forgot the
+    header is told its JSON is malformed or names a key twice (FastAPI, strict about content types, would then only
+    refuse it as not an object: see ``_fastapi_reads_json``)."""
     if not content_type:
-        return True  # FastAPI reads a body without a content type as JSON
+        return True
     media = content_type.partition(";")[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 

@@ -23,6 +23,7 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
+from muster_api.deps import mesh_of
 from muster_api.etag import conditional
 from muster_api.leanroute import Direct, LeanRoute
 from muster_mesh import (
@@ -128,8 +129,7 @@ class Caller(Direct):
                 "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces",
                 errors=[{"field": "Idempotency-Key", "rule": "string_pattern_mismatch", "message": "bad key"}],
             )
-        mesh: Mesh = request.app.state.mesh
-        return Call(mesh, token, key)
+        return Call(mesh_of(request), token, key)
 
     def _refuse_unknown(self, request: Request) -> None:
         unknown = sorted(set(request.query_params) - self.known)
