@@ -9,8 +9,9 @@ stime of both server processes from ``/proc/<pid>/stat``, before and after, over
 its wake and the re-poll together). Baseline, same servers, same load generator, same run: ``GET /healthz`` from the
 same 50 clients, CPU per no-op request and its p99.
 
-The load generator is several processes, each with its own event loop and httpx clients; its own CPU use is printed
-beside the figures, so that a reader can see it was not saturated.
+The load generator is several processes, each with its own event loop (uvloop) and one lean keep-alive connection
+per client (``wire.py``); its own CPU use is printed beside the figures, so that a reader can see it was not
+saturated.
 
 Memory: the RSS (``VmRSS`` of ``/proc/<pid>/status``) of each server process idle, after the load, with 10,000 live
 agents (checked in through the API), and after 100,000 messages in all (the load's, then fan-outs to roles of 100 of
@@ -23,6 +24,7 @@ MUSTER_BENCH_LOAD_WORKERS (load generator processes, default 4). Run alone: ``py
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import random
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from multiprocessing.sharedctypes import Synchronized
@@ -48,6 +50,7 @@ from pg import fresh_postgres  # noqa: E402
 
 sys.path.insert(0, str(HERE))
 from processes import serve  # noqa: E402
+from wire import Connection  # noqa: E402
 
 LOAD_SECONDS = float(os.environ.get("MUSTER_BENCH_LOAD_SECONDS", "60"))
 MEMORY_MESSAGES = int(os.environ.get("MUSTER_BENCH_MEMORY_MESSAGES", "100000"))
@@ -136,33 +139,28 @@ class Shared:
     results: Any
 
 
-def clients(bases: list[str], connections: int) -> list[httpx.AsyncClient]:
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return [httpx.AsyncClient(base_url=b, timeout=WAIT_SECONDS + 30, limits=limits) for b in bases]
-
-
 def auth(agent: Agent) -> dict[str, str]:
     return {"Authorization": f"Bearer {agent.token}"}
 
 
-async def read_forever(client: httpx.AsyncClient, reader: Agent, out: Outcome, shared: Shared) -> None:
+async def read_forever(client: Connection, reader: Agent, out: Outcome, shared: Shared) -> None:
     headers = auth(reader)
     cursor: int | None = None
     while True:
         query = f"wait_seconds={WAIT_SECONDS}" + (f"&after={cursor}" if cursor is not None else "")
         try:
-            r = await client.get(f"/mesh/inbox?{query}", headers=headers)
-        except httpx.TransportError as exc:
-            # A pooled keep-alive connection the server closed as it was reused: counted, and the read is repeated.
+            status, body = await client.request("GET", f"/mesh/inbox?{query}", headers)
+        except OSError as exc:
+            # A keep-alive connection the server closed as it was reused: counted, and the read is repeated.
             out.requests += 1
             out.failed(f"GET {type(exc).__name__}")
             continue
         held = time.time()
         out.requests += 1
-        if r.status_code != 200:
-            out.failed(f"GET {r.status_code}")
+        if status != 200:
+            out.failed(f"GET {status}")
             continue
-        page = r.json()
+        page = json.loads(body)
         for m in page["messages"]:
             out.received.append(m["message_id"])
             out.wake_ms.append((held - datetime.fromisoformat(m["sent_at"]).timestamp()) * 1000)
@@ -173,7 +171,7 @@ async def read_forever(client: httpx.AsyncClient, reader: Agent, out: Outcome, s
 
 
 async def send_until(
-    client: httpx.AsyncClient,
+    client: Connection,
     sender: Agent,
     targets: list[str],
     address: str,
@@ -189,8 +187,8 @@ async def send_until(
         body = {address: rng.choice(targets), "body": f"{sender.agent_id} {n}", "confirm": True}
         started = time.perf_counter()
         try:
-            r = await client.post("/mesh/messages", json=body, headers=headers)
-        except httpx.TransportError as exc:
+            status, answered = await client.request("POST", "/mesh/messages", headers, body)
+        except OSError as exc:
             # Not repeated: the message may have been stored (it then counts as unexpected, not as lost).
             out.requests += 1
             out.failed(f"POST {type(exc).__name__}")
@@ -198,32 +196,32 @@ async def send_until(
         out.send_ms.append((time.perf_counter() - started) * 1000)
         out.requests += 1
         n += 1
-        if r.status_code != 200:
-            out.failed(f"POST {r.status_code}")
+        if status != 200:
+            out.failed(f"POST {status}")
             continue
-        answer = r.json()
+        answer = json.loads(answered)
         out.sent.append(answer["message_id"])
         out.stored += answer["stored"]
         with shared.sent.get_lock():
             shared.sent.value += 1
 
 
-async def noop_until(client: httpx.AsyncClient, until: float, out: Outcome) -> None:
+async def noop_until(client: Connection, until: float, out: Outcome) -> None:
     while time.monotonic() < until:
         started = time.perf_counter()
-        r = await client.get("/healthz")
+        status, _ = await client.request("GET", "/healthz")
         out.send_ms.append((time.perf_counter() - started) * 1000)
         out.requests += 1
-        if r.status_code != 200:
+        if status != 200:
             out.errors += 1
 
 
-async def checkin_range(client: httpx.AsyncClient, ids: Iterator[int], out: Outcome) -> None:
+async def checkin_range(client: Connection, ids: Iterator[int], out: Outcome) -> None:
     for i in ids:
         body = {"agent_id": f"mem-{i:05d}", "role": f"mem-{i % MEMORY_GROUPS}", "confirm": True}
-        r = await client.post("/mesh/checkin", json=body)
+        status, _ = await client.request("POST", "/mesh/checkin", None, body)
         out.requests += 1
-        if r.status_code != 200:
+        if status != 200:
             out.errors += 1
 
 
@@ -232,35 +230,41 @@ async def wait_stop(shared: Shared) -> None:
         await anyio.sleep(0.05)
 
 
-def start_clients(job: Job, pools: list[httpx.AsyncClient], out: Outcome, shared: Shared, tg: TaskGroup) -> None:
+def start_clients(job: Job, connect: Callable[[int], Connection], out: Outcome, shared: Shared, tg: TaskGroup) -> None:
     """The job's closed-loop clients (senders, no-op callers or check-ins), until their deadline or quota."""
     until = time.monotonic() + job.seconds
     if job.mode == "noop":
         for i in range(job.quota):
-            tg.start_soon(noop_until, pools[i % len(pools)], until, out)
+            tg.start_soon(noop_until, connect(i), until, out)
     elif job.mode == "checkin":
         ids = iter(range(job.first, job.first + job.quota))
         for i in range(16):
-            tg.start_soon(checkin_range, pools[i % len(pools)], ids, out)
+            tg.start_soon(checkin_range, connect(i), ids, out)
     else:
         n = len(job.senders)
         for i, sender in enumerate(job.senders):
             share = None if job.mode == "load" else job.quota // n + (i < job.quota % n)
-            client = pools[sender.instance]
+            client = connect(sender.instance)
             tg.start_soon(send_until, client, sender, job.targets, job.address, until, share, out, shared)
 
 
 async def run_job(job: Job, shared: Shared) -> Outcome:
+    """Each client its own keep-alive connection to its instance (``wire.Connection``: see there why not httpx)."""
     out = Outcome()
-    pools = clients(job.bases, len(job.readers) + len(job.senders) + job.quota + 16)
+    opened: list[Connection] = []
+
+    def connect(instance: int) -> Connection:
+        opened.append(Connection(job.bases[instance % len(job.bases)]))
+        return opened[-1]
+
     try:
         await anyio.to_thread.run_sync(shared.start.wait)
         cpu0 = time.process_time()
         async with anyio.create_task_group() as tg:
             for reader in job.readers:
-                tg.start_soon(read_forever, pools[reader.instance], reader, out, shared)
+                tg.start_soon(read_forever, connect(reader.instance), reader, out, shared)
             async with anyio.create_task_group() as workers:
-                start_clients(job, pools, out, shared, workers)
+                start_clients(job, connect, out, shared, workers)
             shared.results.put(("done", len(out.sent)))
             if job.readers:
                 await wait_stop(shared)
@@ -268,12 +272,12 @@ async def run_job(job: Job, shared: Shared) -> Outcome:
         out.cpu = time.process_time() - cpu0
         return out
     finally:
-        for pool in pools:
-            await pool.aclose()
+        for connection in opened:
+            connection.close()
 
 
 def worker_main(job: Job, shared: Shared) -> None:
-    out = anyio.run(run_job, job, shared)
+    out = anyio.run(run_job, job, shared, backend_options={"use_uvloop": True})
     shared.results.put(("outcome", out))
 
 

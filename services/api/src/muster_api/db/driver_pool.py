@@ -2,30 +2,30 @@
 send, an inbox read) run here instead of through the engine's pool.
 
 Checking a connection out of SQLAlchemy's pool and handing it back (the async adapter's greenlet hop, the pool's
-events, the reset on return) costs more CPU than the statement it runs. Measured on this project's machine, one
-``SELECT 1`` each: through the engine's pool to the driver 340 µs of CPU, asyncpg's own pool 115–140 µs, a bare
-asyncpg connection 60 µs.
+events, the reset on return) costs more CPU than the statement it runs; so does asyncpg's own pool (its holders,
+timeouts and callbacks). Measured on this project's machine, CPU per ``SELECT 1``: through the engine's pool to the
+driver 340 µs, asyncpg's pool 94 µs (without its reset query), a bare asyncpg connection 41 µs. The pool here is a
+list of idle connections: taking one and giving it back costs next to nothing beside the statement.
 
-Only autocommit statements run here, one at a time and to their end, so a connection handed back has no state to
-reset: no transaction, no session setting, no LISTEN. asyncpg still rolls back a transaction left open and closes a
-connection whose statement was cancelled or failed on the wire; the engine's own reset (a round trip per use) is
-skipped. Errors are asyncpg's own: the service answers those that mean the database is out of reach with a 503.
+Only autocommit statements run here, one at a time per connection, so a connection handed back has no state to
+reset: no transaction, no session setting, no LISTEN. A statement the server refused leaves its connection as it
+was (unless the refusal ends the session); a connection whose statement was cancelled or broke on the wire is
+closed, not reused (its state is unknown), as is one found closed (the server ended it) or, by a mistake in a
+statement, left inside a transaction. Errors are asyncpg's own: the service answers those that mean the database
+is out of reach with a 503.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from typing import Any
 
-import anyio
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 # The connections a process keeps for these statements, beside the engine's pool (see muster_api.db.engine).
 DRIVER_POOL_SIZE = 10
-
-
-async def _nothing_to_reset(_conn: Any) -> None:
-    return None
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
@@ -34,31 +34,112 @@ def asyncpg_dsn(engine: AsyncEngine) -> str:
 
 
 class DriverPool:
-    """asyncpg connections opened on first use, at most ``size`` of them; ``aclose`` before the engine is
-    disposed."""
+    """At most ``size`` asyncpg connections, opened on first use (a service that never sends opens none) and kept
+    open; a statement that finds all of them busy waits for one. ``aclose`` before the engine is disposed."""
 
     def __init__(self, dsn: str, *, size: int = DRIVER_POOL_SIZE) -> None:
         self._dsn = dsn
         self._size = size
-        self._pool: Any = None
-        self._opening = anyio.Lock()
+        self._idle: list[Any] = []
+        # Connections open, being opened, or promised to a waiter that will open one: never above ``size``.
+        self._slots = 0
+        # Statements waiting for a connection; each is handed one, or None to open one in the slot it is given.
+        self._waiters: deque[asyncio.Future[Any]] = deque()
+        self._closed = False
+
+    @property
+    def open(self) -> int:
+        """Connections open or being opened."""
+        return self._slots
 
     async def fetch(self, sql: str, *args: object) -> list[Any]:
         """The rows of one autocommit statement."""
-        pool = self._pool or await self._open()
-        async with pool.acquire() as conn:
-            return list(await conn.fetch(sql, *args))
+        conn = await self._take()
+        try:
+            rows = await conn.fetch(sql, *args)
+        except asyncpg.PostgresError as exc:
+            # ERROR: the server refused the statement and the session goes on. FATAL or PANIC: it ends the session
+            # (a terminated backend, a shutdown), though the driver may not have seen the socket close yet.
+            if (getattr(exc, "severity_en", None) or getattr(exc, "severity", None)) == "ERROR":
+                self._give_back(conn)
+            else:
+                self._discard(conn)
+            raise
+        except BaseException:
+            self._discard(conn)
+            raise
+        self._give_back(conn)
+        return list(rows)
 
-    async def _open(self) -> Any:
-        async with self._opening:
-            if self._pool is None:
-                # min_size=0: nothing is opened until a statement needs it (a service that never sends opens none).
-                self._pool = await asyncpg.create_pool(
-                    self._dsn, min_size=0, max_size=self._size, reset=_nothing_to_reset
-                )
-        return self._pool
+    async def _take(self) -> Any:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.is_closed():
+                return conn
+            self._discard(conn)
+        if self._closed:
+            raise asyncpg.InterfaceError("the driver pool is closed")
+        if self._slots < self._size:
+            self._slots += 1
+            return await self._connect()
+        waiter: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            conn = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # Handed a connection (or a slot) as this statement was cancelled: it goes to the next one.
+                handed = waiter.result()
+                if handed is None:
+                    self._free_slot()
+                else:
+                    self._give_back(handed)
+            raise
+        return conn if conn is not None else await self._connect()
+
+    async def _connect(self) -> Any:
+        """A new connection in a slot already counted; the slot is freed if it cannot be opened."""
+        try:
+            return await asyncpg.connect(self._dsn)
+        except BaseException:
+            self._free_slot()
+            raise
+
+    def _give_back(self, conn: Any) -> None:
+        if self._closed or conn.is_closed() or conn.is_in_transaction():
+            self._discard(conn)
+            return
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self._idle.append(conn)
+
+    def _discard(self, conn: Any) -> None:
+        conn.terminate()
+        self._free_slot()
+
+    def _free_slot(self) -> None:
+        """A connection is gone: its slot goes to a waiting statement, which opens a connection in it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._slots -= 1
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            await pool.close()
+        """Close the idle connections; one in use is closed when its statement ends."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._slots -= 1
+            try:
+                await conn.close(timeout=5)
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                conn.terminate()
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(asyncpg.InterfaceError("the driver pool is closed"))

@@ -19,6 +19,7 @@ read, a missed one would cost a whole long-poll.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -94,7 +95,8 @@ class PgNotifier:
         self.listener_pid: int | None = None
         # Mesh wake-ups waiting for the statement that sends them (see _send), and the last batch that failed.
         self._queued: list[str] = []
-        self._sending = anyio.Lock()
+        # asyncio's lock: anyio's yields to the event loop on every acquire, a loop pass per send.
+        self._sending = asyncio.Lock()
         self._failed: tuple[list[str], Exception] | None = None
         self.reconnects = 0
         # The listening connection while it is up: the NOTIFY statements of ``publish`` run on it too.
