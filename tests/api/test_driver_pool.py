@@ -123,7 +123,7 @@ async def test_a_connection_the_server_ended_while_idle_is_not_reused(dsn: str) 
     try:
         pid = (await pool.fetch(PID))[0]["pid"]
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
-        idle = pool._idle[0]
+        idle = pool._idle[0][0]
         with anyio.fail_after(10):  # the driver notices the server closed it
             while not idle.is_closed():
                 await anyio.sleep(0.01)
@@ -131,6 +131,19 @@ async def test_a_connection_the_server_ended_while_idle_is_not_reused(dsn: str) 
     finally:
         await admin.close()
         await pool.aclose()
+
+
+async def test_a_connection_idle_for_too_long_is_closed_instead_of_reused(dsn: str) -> None:
+    kept, stale = DriverPool(dsn, size=1), DriverPool(dsn, size=1, max_idle=0)
+    try:
+        first = (await kept.fetch(PID))[0]["pid"]
+        assert (await kept.fetch(PID))[0]["pid"] == first
+        first = (await stale.fetch(PID))[0]["pid"]
+        assert (await stale.fetch(PID))[0]["pid"] != first
+        assert stale.open == 1
+    finally:
+        await kept.aclose()
+        await stale.aclose()
 
 
 async def test_after_aclose_a_statement_is_refused_and_nothing_stays_open(dsn: str) -> None:

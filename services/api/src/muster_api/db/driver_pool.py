@@ -18,6 +18,7 @@ is out of reach with a 503.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
@@ -26,6 +27,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 # The connections a process keeps for these statements, beside the engine's pool (see muster_api.db.engine).
 DRIVER_POOL_SIZE = 10
+# A connection idle for longer is closed instead of reused, as asyncpg's own pool does by default: a firewall or a NAT
+# between the service and the database may have dropped it silently, and a statement sent on such a connection waits
+# for TCP to give up. The connection used last is handed out first, so under any load none gets that old.
+MAX_IDLE_SECONDS = 300.0
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
@@ -35,12 +40,15 @@ def asyncpg_dsn(engine: AsyncEngine) -> str:
 
 class DriverPool:
     """At most ``size`` asyncpg connections, opened on first use (a service that never sends opens none) and kept
-    open; a statement that finds all of them busy waits for one. ``aclose`` before the engine is disposed."""
+    open while they are used (see ``MAX_IDLE_SECONDS``); a statement that finds all of them busy waits for one.
+    ``aclose`` before the engine is disposed."""
 
-    def __init__(self, dsn: str, *, size: int = DRIVER_POOL_SIZE) -> None:
+    def __init__(self, dsn: str, *, size: int = DRIVER_POOL_SIZE, max_idle: float = MAX_IDLE_SECONDS) -> None:
         self._dsn = dsn
         self._size = size
-        self._idle: list[Any] = []
+        self._max_idle = max_idle
+        # (connection, when it was handed back): the last one is the one used last.
+        self._idle: list[tuple[Any, float]] = []
         # Connections open, being opened, or promised to a waiter that will open one: never above ``size``.
         self._slots = 0
         # Statements waiting for a connection; each is handed one, or None to open one in the slot it is given.
@@ -73,8 +81,8 @@ class DriverPool:
 
     async def _take(self) -> Any:
         while self._idle:
-            conn = self._idle.pop()
-            if not conn.is_closed():
+            conn, since = self._idle.pop()
+            if not conn.is_closed() and time.monotonic() - since <= self._max_idle:
                 return conn
             self._discard(conn)
         if self._closed:
@@ -114,7 +122,7 @@ class DriverPool:
             if not waiter.done():
                 waiter.set_result(conn)
                 return
-        self._idle.append(conn)
+        self._idle.append((conn, time.monotonic()))
 
     def _discard(self, conn: Any) -> None:
         conn.terminate()
@@ -133,7 +141,7 @@ class DriverPool:
         """Close the idle connections; one in use is closed when its statement ends."""
         self._closed = True
         idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             self._slots -= 1
             try:
                 await conn.close(timeout=5)
