@@ -87,6 +87,26 @@ async def test_a_cancelled_statement_closes_its_connection_and_frees_its_place(d
         await pool.aclose()
 
 
+async def test_a_statement_cancelled_while_waiting_leaves_the_connection_to_the_next(dsn: str) -> None:
+    pool = DriverPool(dsn, size=1)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute("SELECT pg_advisory_lock(1)")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.fetch, BLOCKED)
+            await _waiting_on_the_lock(admin, 1)
+            with anyio.CancelScope() as waiting:
+                waiting.cancel()
+                await pool.fetch(PID)  # queued behind the busy connection, then cancelled
+            assert pool._waiters and pool._waiters[0].cancelled()
+            await admin.execute("SELECT pg_advisory_unlock(1)")
+        pid = (await pool.fetch(PID))[0]["pid"]
+        assert pool.open == 1 and (await pool.fetch(PID))[0]["pid"] == pid
+    finally:
+        await admin.close()
+        await pool.aclose()
+
+
 async def test_a_waiting_statement_gets_the_place_of_a_connection_that_broke(dsn: str) -> None:
     pool = DriverPool(dsn, size=1)
     admin = await asyncpg.connect(dsn)

@@ -95,7 +95,7 @@ class DriverPool:
         try:
             conn = await waiter
         except BaseException:
-            if waiter.done() and not waiter.cancelled():
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 # Handed a connection (or a slot) as this statement was cancelled: it goes to the next one.
                 handed = waiter.result()
                 if handed is None:
