@@ -4,6 +4,8 @@ connection in an unknown state is never handed to the next statement."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import asyncpg  # type: ignore[import-untyped]
@@ -27,6 +29,23 @@ async def dsn(postgres_server: PostgresServer) -> AsyncIterator[str]:
     await anyio.to_thread.run_sync(postgres_server.drop, url)
 
 
+@pytest.fixture
+async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """The test's own connection: it holds the advisory lock and looks at the server's sessions."""
+    conn = await asyncpg.connect(dsn)
+    yield conn
+    await conn.close()
+
+
+@asynccontextmanager
+async def _pool(dsn: str, **options: Any) -> AsyncIterator[DriverPool]:
+    pool = DriverPool(dsn, **options)
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
+
+
 async def _waiting_on_the_lock(admin: asyncpg.Connection, count: int) -> None:
     sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
     with anyio.fail_after(10):
@@ -34,10 +53,8 @@ async def _waiting_on_the_lock(admin: asyncpg.Connection, count: int) -> None:
             await anyio.sleep(0.01)
 
 
-async def test_statements_share_at_most_size_connections_and_reuse_them(dsn: str) -> None:
-    pool = DriverPool(dsn, size=2)
-    admin = await asyncpg.connect(dsn)
-    try:
+async def test_statements_share_at_most_size_connections_and_reuse_them(dsn: str, admin: asyncpg.Connection) -> None:
+    async with _pool(dsn, size=2) as pool:
         assert pool.open == 0  # nothing opened before a statement needs it
         await admin.execute("SELECT pg_advisory_lock(1)")
         pids: list[int] = []
@@ -53,26 +70,20 @@ async def test_statements_share_at_most_size_connections_and_reuse_them(dsn: str
             await admin.execute("SELECT pg_advisory_unlock(1)")
         assert len(pids) == 5 and len(set(pids)) == 2
         assert {(await pool.fetch(PID))[0]["pid"] for _ in range(4)} <= set(pids)
-    finally:
-        await admin.close()
-        await pool.aclose()
 
 
 async def test_a_refused_statement_keeps_its_connection(dsn: str) -> None:
-    pool = DriverPool(dsn, size=1)
-    try:
+    async with _pool(dsn, size=1) as pool:
         pid = (await pool.fetch(PID))[0]["pid"]
         with pytest.raises(asyncpg.DivisionByZeroError):
             await pool.fetch("SELECT 1 / 0")
         assert (await pool.fetch(PID))[0]["pid"] == pid
-    finally:
-        await pool.aclose()
 
 
-async def test_a_cancelled_statement_closes_its_connection_and_frees_its_place(dsn: str) -> None:
-    pool = DriverPool(dsn, size=1)
-    admin = await asyncpg.connect(dsn)
-    try:
+async def test_a_cancelled_statement_closes_its_connection_and_frees_its_place(
+    dsn: str, admin: asyncpg.Connection
+) -> None:
+    async with _pool(dsn, size=1) as pool:
         first = (await pool.fetch(PID))[0]["pid"]
         await admin.execute("SELECT pg_advisory_lock(1)")
         async with anyio.create_task_group() as tg:
@@ -82,15 +93,12 @@ async def test_a_cancelled_statement_closes_its_connection_and_frees_its_place(d
         await admin.execute("SELECT pg_advisory_unlock(1)")
         assert pool.open == 0
         assert (await pool.fetch(PID))[0]["pid"] != first  # a new connection, in the place the other left
-    finally:
-        await admin.close()
-        await pool.aclose()
 
 
-async def test_a_statement_cancelled_while_waiting_leaves_the_connection_to_the_next(dsn: str) -> None:
-    pool = DriverPool(dsn, size=1)
-    admin = await asyncpg.connect(dsn)
-    try:
+async def test_a_statement_cancelled_while_waiting_leaves_the_connection_to_the_next(
+    dsn: str, admin: asyncpg.Connection
+) -> None:
+    async with _pool(dsn, size=1) as pool:
         await admin.execute("SELECT pg_advisory_lock(1)")
         async with anyio.create_task_group() as tg:
             tg.start_soon(pool.fetch, BLOCKED)
@@ -102,15 +110,12 @@ async def test_a_statement_cancelled_while_waiting_leaves_the_connection_to_the_
             await admin.execute("SELECT pg_advisory_unlock(1)")
         pid = (await pool.fetch(PID))[0]["pid"]
         assert pool.open == 1 and (await pool.fetch(PID))[0]["pid"] == pid
-    finally:
-        await admin.close()
-        await pool.aclose()
 
 
-async def test_a_waiting_statement_gets_the_place_of_a_connection_that_broke(dsn: str) -> None:
-    pool = DriverPool(dsn, size=1)
-    admin = await asyncpg.connect(dsn)
-    try:
+async def test_a_waiting_statement_gets_the_place_of_a_connection_that_broke(
+    dsn: str, admin: asyncpg.Connection
+) -> None:
+    async with _pool(dsn, size=1) as pool:
         await admin.execute("SELECT pg_advisory_lock(1)")
         outcomes: list[object] = []
 
@@ -132,15 +137,10 @@ async def test_a_waiting_statement_gets_the_place_of_a_connection_that_broke(dsn
         assert isinstance(outcomes[0], _UNAVAILABLE), outcomes  # answered 503 by the service
         assert isinstance(outcomes[1], int) and outcomes[1] != blocked
         assert pool.open == 1
-    finally:
-        await admin.close()
-        await pool.aclose()
 
 
-async def test_a_connection_the_server_ended_while_idle_is_not_reused(dsn: str) -> None:
-    pool = DriverPool(dsn, size=1)
-    admin = await asyncpg.connect(dsn)
-    try:
+async def test_a_connection_the_server_ended_while_idle_is_not_reused(dsn: str, admin: asyncpg.Connection) -> None:
+    async with _pool(dsn, size=1) as pool:
         pid = (await pool.fetch(PID))[0]["pid"]
         await admin.execute("SELECT pg_terminate_backend($1)", pid)
         idle = pool._idle[0][0]
@@ -148,22 +148,15 @@ async def test_a_connection_the_server_ended_while_idle_is_not_reused(dsn: str) 
             while not idle.is_closed():
                 await anyio.sleep(0.01)
         assert (await pool.fetch(PID))[0]["pid"] != pid
-    finally:
-        await admin.close()
-        await pool.aclose()
 
 
 async def test_a_connection_idle_for_too_long_is_closed_instead_of_reused(dsn: str) -> None:
-    kept, stale = DriverPool(dsn, size=1), DriverPool(dsn, size=1, max_idle=0)
-    try:
+    async with _pool(dsn, size=1) as kept, _pool(dsn, size=1, max_idle=0) as stale:
         first = (await kept.fetch(PID))[0]["pid"]
         assert (await kept.fetch(PID))[0]["pid"] == first
         first = (await stale.fetch(PID))[0]["pid"]
         assert (await stale.fetch(PID))[0]["pid"] != first
         assert stale.open == 1
-    finally:
-        await kept.aclose()
-        await stale.aclose()
 
 
 async def test_after_aclose_a_statement_is_refused_and_nothing_stays_open(dsn: str) -> None:

@@ -20,6 +20,11 @@ from muster_dispatch.local_process import LocalProcess
 READ_GRACE = 2.0  # seconds to drain the pipes after the CLI exited, before its group is swept
 
 
+def _text(raw: bytes) -> str:
+    """A line of the CLI's output as text, without its line ending (bytes that are not UTF-8 replaced)."""
+    return raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
 class ProcessRun:
     def __init__(
         self,
@@ -88,7 +93,7 @@ class ProcessRun:
         self.live = None
 
     def _stdout_line(self, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        text = _text(raw)
         events = self._decode(text)
         for event in events:
             self._on_event(event)
@@ -102,7 +107,7 @@ class ProcessRun:
                 self.process.close_stdin()  # the protocol is over: the CLI ends the turn and exits
 
     def _stderr_line(self, raw: bytes) -> None:
-        self._on_event(AgentEvent("stderr", text=raw.decode("utf-8", "replace").rstrip("\r\n")))
+        self._on_event(AgentEvent("stderr", text=_text(raw)))
 
     def _check_exit(self) -> None:
         # A timer, not an exit watcher: a short turn ends before it ever fires, so it costs no wake-up.

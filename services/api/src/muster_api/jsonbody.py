@@ -44,24 +44,25 @@ def loads_strict(data: bytes) -> Any:
     return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
 
 
-def _is_json(content_type: str | None) -> bool:
+def _media(content_type: str | None) -> str | None:
+    """The media type of a Content-Type header, lower case without parameters; None without a header."""
+    return content_type.partition(";")[0].strip().lower() if content_type else None
+
+
+def _is_json(media: str | None) -> bool:
     """Whether the body is parsed strictly here: also without a content type, so that a client that forgot the
     header is told its JSON is malformed or names a key twice (FastAPI, strict about content types, would then only
     refuse it as not an object: see ``_fastapi_reads_json``)."""
-    if not content_type:
+    if media is None:
         return True
-    media = content_type.partition(";")[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
-def _fastapi_reads_json(content_type: str | None) -> bool:
-    """Whether FastAPI's handler (strict content type, its default) reads a body of this content type as JSON: the
+def _fastapi_reads_json(media: str | None) -> bool:
+    """Whether FastAPI's handler (strict content type, its default) reads a body of this media type as JSON: the
     rule of ``email.message.Message.get_content_type`` (an invalid type is text/plain), then application/json or
     application/*+json. Without a content type it hands the validation the bytes (refused as not an object)."""
-    if not content_type:
-        return False
-    media = content_type.partition(";")[0].strip().lower().strip()
-    if media.count("/") != 1:
+    if media is None or media.count("/") != 1:
         return False
     main, _, sub = media.partition("/")
     return main == "application" and (sub == "json" or sub.endswith("+json"))
@@ -70,10 +71,11 @@ def _fastapi_reads_json(content_type: str | None) -> bool:
 def parse_body(body: bytes, content_type: str | None) -> Any:
     """A non-empty body as FastAPI's handler reads it after ``StrictJsonRoute``'s parse: the JSON value, or the bytes
     when FastAPI would not read it as JSON (refused by validation then). Raises what that parse raises."""
-    if not _is_json(content_type):
+    media = _media(content_type)
+    if not _is_json(media):
         return body
     value = _parse(body)
-    return value if _fastapi_reads_json(content_type) else body
+    return value if _fastapi_reads_json(media) else body
 
 
 class StrictJsonRoute(APIRoute):
@@ -83,7 +85,7 @@ class StrictJsonRoute(APIRoute):
             return handler
 
         async def strict(request: Request) -> Response:
-            if _is_json(request.headers.get("content-type")):
+            if _is_json(_media(request.headers.get("content-type"))):
                 body = await request.body()
                 if body:
                     request._json = _parse(body)
