@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from muster_api.jsonbody import loads_strict  # noqa: E402
+from muster_api.web.jsonbody import loads_strict  # noqa: E402
 from muster_mesh import SendRequest  # noqa: E402
 
 ROUNDS = 7

@@ -12,7 +12,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 
 from muster_api.db.driver_pool import DriverPool
-from muster_api.problems import _UNAVAILABLE
+from muster_api.web.problems import _UNAVAILABLE
 from tests.support.databases import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]

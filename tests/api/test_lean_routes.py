@@ -1,4 +1,4 @@
-"""The hot routes skip FastAPI's general request handler and router (``muster_api.leanroute``): they must answer
+"""The hot routes skip FastAPI's general request handler and router (``muster_api.web.leanroute``): they must answer
 every input exactly as FastAPI's handler and router would, and the hot mesh routes must actually take that path."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
-from muster_api import problems
 from muster_api.app import create_app
-from muster_api.jsonbody import StrictJsonRoute
-from muster_api.leanroute import Direct, HotPaths, LeanRoute, _lean
 from muster_api.settings import Settings
+from muster_api.web import problems
+from muster_api.web.jsonbody import StrictJsonRoute
+from muster_api.web.leanroute import Direct, HotPaths, LeanRoute, _lean
 from tests.support.app import running
 
 pytestmark = pytest.mark.anyio

@@ -22,7 +22,7 @@ def muster(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
     environ.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "muster_api.cli", *argv],
+        [sys.executable, "-m", "muster_api.commands.cli", *argv],
         env=environ,
         capture_output=True,
         text=True,
@@ -100,7 +100,7 @@ def test_an_unmigrated_database_without_migrate_on_startup_says_run_migrate(empt
 
 
 def test_open_bind_is_allowed_with_keys_or_by_the_setting() -> None:
-    from muster_api.startup import check_bind
+    from muster_api.commands.startup import check_bind
 
     check_bind(Settings(api_keys=["k"]), "0.0.0.0")  # type: ignore[list-item]
     check_bind(Settings(allow_open_bind=True), "0.0.0.0")

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from muster_api.jsonbody import loads_strict
+from muster_api.web.jsonbody import loads_strict
 from tests.mesh.support import auth, join, mesh_app
 
 pytestmark = pytest.mark.anyio

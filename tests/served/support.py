@@ -101,7 +101,7 @@ def muster_process(db_url: str, tmp_path: Path) -> Iterator[str]:
         MUSTER_DISPATCH_HOMES=str(tmp_path / "homes"),
         MUSTER_LOG_LEVEL="WARNING",
     )
-    command = [sys.executable, "-m", "muster_api.cli", "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "muster_api.commands.cli", "serve", "--port", str(port)]
     base = f"http://127.0.0.1:{port}"
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
         try:

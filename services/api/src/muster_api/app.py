@@ -9,26 +9,27 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 
-from muster_api import __version__, dashboard, openapi, problems
+from muster_api import __version__, dashboard
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
+from muster_api.commands.logs import configure as configure_logging
+from muster_api.config_routes import router as config_router
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.db.url import redact
 from muster_api.dispatch import component as dispatch_component
-from muster_api.dispatch.routes import config_router
 from muster_api.dispatch.routes import router as dispatch_router
-from muster_api.health import router as health_router
-from muster_api.leanroute import HotPaths
-from muster_api.logs import configure as configure_logging
 from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.routes import router as mesh_router
-from muster_api.middleware import Edge
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
 from muster_api.settings import Settings
+from muster_api.web import openapi, problems
+from muster_api.web.health import router as health_router
+from muster_api.web.leanroute import HotPaths
+from muster_api.web.middleware import Edge
 
 log = logging.getLogger("muster.api")
 

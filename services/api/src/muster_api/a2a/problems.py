@@ -1,4 +1,4 @@
-"""How errors of muster_a2a map to HTTP statuses; merged into the one table in muster_api.problems."""
+"""How errors of muster_a2a map to HTTP statuses; merged into the one table in muster_api.web.problems."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 
 from muster_a2a import AgentStatus, CallRecord, Collision, UnknownCallError
 from muster_api.a2a.component import A2AState
-from muster_api.deps import A2ADep
-from muster_api.jsonbody import StrictJsonRoute
+from muster_api.web.deps import A2ADep
+from muster_api.web.jsonbody import StrictJsonRoute
 from muster_mesh.models import NO_NUL, refuse_nul
 
 MAX_TASK_CHARS = 100_000

@@ -1,5 +1,5 @@
 """How errors of muster_dispatch and of the dispatch routes map to HTTP statuses; merged into the one table in
-muster_api.problems. ``DispatchError`` carries a code: ``CODE_STATUS`` maps each code (a request the package
+muster_api.web.problems. ``DispatchError`` carries a code: ``CODE_STATUS`` maps each code (a request the package
 refuses). A turn that fails is never an HTTP error: it is a run with status ``failed`` and its error code."""
 
 from __future__ import annotations

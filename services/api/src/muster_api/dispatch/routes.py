@@ -15,10 +15,9 @@ from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
 from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
 from muster_api.dispatch.runs import cancel_run, create_run, steer_run
-from muster_api.jsonbody import StrictJsonRoute
+from muster_api.web.jsonbody import StrictJsonRoute
 
 router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=StrictJsonRoute)
-config_router = APIRouter(prefix="/config", tags=["config"], route_class=StrictJsonRoute)
 
 ID_PATH = Path(pattern=ID_PATTERN)
 
@@ -41,7 +40,7 @@ def _state(request: Request) -> DispatchState:
     return state
 
 
-def _agents_out(state: DispatchState) -> AgentsOut:
+def agents_out(state: DispatchState) -> AgentsOut:
     out: list[AgentOut] = []
     for name, definition in sorted(state.agents.definitions.items()):
         installed, version = cli_state(definition)
@@ -62,26 +61,14 @@ def _agents_out(state: DispatchState) -> AgentsOut:
 
 @router.get("/agents")
 async def list_agents(request: Request) -> AgentsOut:
-    return _agents_out(_state(request))
+    return agents_out(_state(request))
 
 
 @router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
 async def reload_agents(request: Request) -> AgentsOut:
     state = _state(request)
     await state.reload()
-    return _agents_out(state)
-
-
-@config_router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
-async def reload_config(request: Request) -> dict[str, Any]:
-    """Re-read the config file's two blocks: ``agents`` (A2A) and ``dispatch_agents``."""
-    a2a = await request.app.state.a2a.reload()
-    state = _state(request)
-    await state.reload()
-    return {
-        "a2a": {"agents": sorted(a2a.status), "skipped": a2a.skipped},
-        "dispatch": _agents_out(state).model_dump(mode="json"),
-    }
+    return agents_out(state)
 
 
 def _accepted(run: Run) -> JSONResponse:

@@ -17,7 +17,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
 from muster_api import __version__
-from muster_api.eventloop import loop_options
+from muster_api.commands.eventloop import loop_options
 from muster_api.mcp import handlers, tools
 from muster_api.mcp.session import AgentSession
 from muster_api.mcp.settings import McpSettings

@@ -11,8 +11,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from muster_api.etag import conditional
 from muster_api.mesh.routes import AUTH_ERRORS, Call, Caller
+from muster_api.web.etag import conditional
 from muster_mesh import BacklogList
 from muster_mesh.models import MAX_PAGE, AgentId, Label, Repo
 

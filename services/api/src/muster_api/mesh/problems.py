@@ -1,4 +1,4 @@
-"""How errors of muster_mesh map to HTTP statuses; merged into the one table in muster_api.problems.
+"""How errors of muster_mesh map to HTTP statuses; merged into the one table in muster_api.web.problems.
 
 Each error also carries ``problem_extra`` (its stable ``code`` and the values it names), added to the problem body.
 401: no usable credentials; 403: someone else's.

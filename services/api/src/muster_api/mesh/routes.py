@@ -23,9 +23,9 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from muster_api.deps import mesh_of
-from muster_api.etag import conditional
-from muster_api.leanroute import Direct, LeanRoute
+from muster_api.web.deps import mesh_of
+from muster_api.web.etag import conditional
+from muster_api.web.leanroute import Direct, LeanRoute
 from muster_mesh import (
     AckPreview,
     AckRequest,

@@ -6,10 +6,10 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from muster_api.console import session
-from muster_api.console.output import Output
-from muster_api.console.session import Session
-from muster_api.console.text import duration, inert, lines
+from muster_api.commands.console import session
+from muster_api.commands.console.output import Output
+from muster_api.commands.console.session import Session
+from muster_api.commands.console.text import duration, inert, lines
 from muster_api.errors import CommandError
 from muster_client import CheckinPreview, CheckoutPreview, InboxMessage, MusterClient, SendPreview
 from muster_client.config import service_url

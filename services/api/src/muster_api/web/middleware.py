@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from muster_api.problems import unhandled
+from muster_api.web.problems import unhandled
 
 log = logging.getLogger("muster.access")
 

@@ -1,6 +1,6 @@
 """``muster worker`` (dispatch workers without HTTP) and ``muster install`` (the pinned CLIs), for the CLI.
 
-Outside ``muster_api.dispatch``: start-up checks the whole service's settings (``muster_api.startup``), which the
+Outside ``muster_api.dispatch``: start-up checks the whole service's settings (``commands.startup``), which the
 capability itself must not depend on."""
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ async def serve_workers(workers: int | None = None) -> None:
     """Run the dispatch workers (and the lease sweep) until SIGTERM or SIGINT."""
     import anyio
 
+    from muster_api.commands.logs import configure
+    from muster_api.commands.startup import check_database, load_settings
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import upgrade
     from muster_api.dispatch.component import running
     from muster_api.dispatch.settings import DispatchSettings
-    from muster_api.logs import configure
     from muster_api.runtime import Runtime
-    from muster_api.startup import check_database, load_settings
 
     settings = load_settings()
     configure(settings.log_level)
@@ -69,7 +69,7 @@ def _worker(args: argparse.Namespace) -> int:
         return 2
     import anyio
 
-    from muster_api.eventloop import loop_options
+    from muster_api.commands.eventloop import loop_options
 
     anyio.run(serve_workers, args.workers, backend_options=loop_options())
     return 0

@@ -12,8 +12,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from muster_api.console.output import Cell, Output
-from muster_api.console.text import duration, inert, lines
+from muster_api.commands.console.output import Cell, Output
+from muster_api.commands.console.text import duration, inert, lines
 from muster_api.errors import CommandError
 from muster_client import MusterClient
 from muster_client.calls import Call, given

@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from muster_api.jsonbody import StrictJsonRoute, parse_body
+from muster_api.web.jsonbody import StrictJsonRoute, parse_body
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from muster_api.db.migrate import current_revision, head_revision
-from muster_api.deps import RuntimeDep
-from muster_api.problems import DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, problem
+from muster_api.web.deps import RuntimeDep
+from muster_api.web.problems import DATABASE_UNAVAILABLE, RETRY_AFTER_SECONDS, problem
 
 router = APIRouter(tags=["health"])
 RETRY = {"Retry-After": str(RETRY_AFTER_SECONDS)}

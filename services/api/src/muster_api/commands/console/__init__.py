@@ -7,6 +7,6 @@ text. A failure is one line on stderr saying what to do, with a non-zero exit st
 3: no service at that URL, 130: interrupted), never a traceback.
 """
 
-from muster_api.console.commands import register
+from muster_api.commands.console.commands import register
 
 __all__ = ["register"]

@@ -1,5 +1,5 @@
 """The ``muster`` command: serve, migrate, version, mcp, worker, install; the people's commands live in
-``muster_api.console``."""
+``muster_api.commands.console``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def _port(value: str) -> int:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from muster_api.startup import check_bind, check_config, check_database, load_settings
+    from muster_api.commands.startup import check_bind, check_config, check_database, load_settings
 
     settings = load_settings()
     host = args.host or settings.host
@@ -40,9 +40,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(_args: argparse.Namespace) -> int:
+    from muster_api.commands.startup import check_database, load_settings
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import current_revision, upgrade
-    from muster_api.startup import check_database, load_settings
 
     settings = load_settings()
 
@@ -78,11 +78,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     add_mcp(sub)
 
-    from muster_api.console import register as register_console
+    from muster_api.commands.console import register as register_console
 
     register_console(sub)
 
-    from muster_api import dispatch_commands
+    from muster_api.commands import dispatch_commands
 
     dispatch_commands.register(sub)
     args = parser.parse_args(argv)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from muster_api.console.output import Cell, Output
-from muster_api.console.text import inert, lines
+from muster_api.commands.console.output import Cell, Output
+from muster_api.commands.console.text import inert, lines
 from muster_api.errors import CommandError
 from muster_client import MusterClient
 

@@ -7,9 +7,9 @@ import os
 import sys
 from collections.abc import Callable
 
-from muster_api.console import a2a, mesh, roster, runs
-from muster_api.console.output import Output
-from muster_api.console.text import inert
+from muster_api.commands.console import a2a, mesh, roster, runs
+from muster_api.commands.console.output import Output
+from muster_api.commands.console.text import inert
 from muster_api.errors import CommandError
 from muster_client import ApiError, InvalidRequest, MusterClient, MusterClientError, ServiceUnreachable
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from rich.live import Live
 
-from muster_api.console.output import Cell, Output
-from muster_api.console.text import STALE_HEARTBEAT_SECONDS, STALE_STATUS_SECONDS, duration, inert
+from muster_api.commands.console.output import Cell, Output
+from muster_api.commands.console.text import STALE_HEARTBEAT_SECONDS, STALE_STATUS_SECONDS, duration, inert
 from muster_client import AgentView, MusterClient
 
 PAGE = 500
