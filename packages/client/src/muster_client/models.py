@@ -134,10 +134,12 @@ class A2ATool(Answer):
 
 
 class A2AAgent(Answer):
-    """One configured remote agent: resolved (``ok``) with its tools, or ``error`` with the reason."""
+    """One configured remote agent: resolved (``ok``) with its tools; ``degraded``: resolved, its tools listed, but
+    its recent calls failed (``error`` is the last failure); ``error``: unresolved, with the reason. A string: a newer
+    service may name another state, and one agent's state must never make the whole listing unreadable."""
 
     name: str
-    status: Literal["ok", "error"]
+    status: str
     error: str | None = None
     dialect: str | None = None
     endpoint: str | None = None
@@ -191,11 +193,13 @@ class A2ACall(Answer):
     task_id: str | None = None
     context_id: str | None = None
     dialect: str | None = None
-    state: str
+    state: str = "sending"
     polls: int = 0
     created_at: datetime
     updated_at: datetime
     expires_at: datetime
+    owner: str | None = None
+    lease_expires_at: datetime | None = None
     result: A2AToolResult | None = None
 
 
@@ -242,8 +246,10 @@ class Run(Answer):
     workspace: str
     continuation: dict[str, Any] | None = None
     replay_of: str | None = None
+    divergence: str | None = None
     live_input: bool = False
     deadline_s: float | None = None
+    idempotency_key: str | None = None
     selected: str | None = None
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     text: str | None = None
@@ -253,6 +259,8 @@ class Run(Answer):
     queued_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    worker: str | None = None
+    lease_expires_at: datetime | None = None
 
     @property
     def finished(self) -> bool:
