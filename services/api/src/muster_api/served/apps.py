@@ -73,11 +73,27 @@ async def _unsupported_content_type(send: Send, media_type: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def _media_type_refusal(start: Message, body: Message) -> tuple[Message, Message]:
+    """ContentTypeNotSupportedError's HTTP+JSON status is 415 in the specification's error table (the SDK answers
+    400, its gRPC status's); the body stays the SDK's, with its code and reason."""
+    try:
+        document = json.loads(body.get("body", b""))
+        reasons = {detail.get("reason") for detail in document["error"].get("details", [])}
+    except (ValueError, KeyError, AttributeError, TypeError):
+        return start, body
+    if "CONTENT_TYPE_NOT_SUPPORTED" not in reasons:
+        return start, body
+    document["error"]["code"] = 415
+    raw = json.dumps(document).encode()
+    headers = [(k, str(len(raw)).encode() if k == b"content-length" else v) for k, v in start["headers"]]
+    return {**start, "status": 415, "headers": headers}, {**body, "body": raw}
+
+
 class _HttpJson:
     """Around an agent's sub-application: what the HTTP+JSON binding (section 11.1 of the specification) and the
     JSON-RPC error table ask of the media types, where the SDK differs. REST answers are labelled
     ``application/json`` (the SDK says ``application/a2a+json``, the same JSON); a JSON-RPC request that is not
-    declared JSON gets ContentTypeNotSupportedError (-32005)."""
+    declared JSON gets ContentTypeNotSupportedError (-32005); on HTTP+JSON that error's status is 415."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -88,12 +104,21 @@ class _HttpJson:
             await _unsupported_content_type(send, media)
             return
 
+        held: list[Message] = []
+
         async def relabel(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message["headers"] = [
                     (k, b"application/json" if k == b"content-type" and v == A2A_MEDIA_TYPE else v)
                     for k, v in message["headers"]
                 ]
+                if message["status"] == 400 and route.startswith(REST_PATH):
+                    held.append(message)  # an error answer: its body says whether a media type was refused
+                    return
+            if held and message["type"] == "http.response.body" and not message.get("more_body", False):
+                for part in _media_type_refusal(held.pop(), message):
+                    await send(part)
+                return
             await send(message)
 
         await self.app(scope, receive, relabel)
