@@ -371,6 +371,13 @@ ACK_CASES: list[tuple[dict[str, Any], int, str, str]] = [
     ({"cursor": 2**63, "confirm": True}, 422, "cursor", "less_than_equal"),
     ({"cursor": 0, "extra": 1}, 422, "extra", "extra_forbidden"),
 ]
+# Only JSON true checks an agent out: a string or a number that reads as yes is refused, and nothing changes.
+CHECKOUT_CASES: list[tuple[dict[str, Any], int, str, str]] = [
+    ({"confirm": "yes"}, 422, "confirm", "bool_type"),
+    ({"confirm": "true"}, 422, "confirm", "bool_type"),
+    ({"confirm": 1}, 422, "confirm", "bool_type"),
+    ({"confirm": 1.0}, 422, "confirm", "bool_type"),
+]
 QUERY_CASES: list[tuple[str, str, str]] = [
     ("/mesh/inbox?after=-1", "after", "greater_than_equal"),
     ("/mesh/inbox?after=x", "after", "int_parsing"),
@@ -409,6 +416,7 @@ async def test_bad_input_of_every_field_names_field_and_rule(db_url: str) -> Non
             (CHECKIN_CASES, "/mesh/checkin"),
             (SEND_CASES, "/mesh/messages"),
             (ACK_CASES, "/mesh/inbox/ack"),
+            (CHECKOUT_CASES, "/mesh/checkout"),
         ):
             for body, status, field, rule in cases:
                 r = await client.post(path, json=body, headers=auth(token) if path != "/mesh/checkin" else {})

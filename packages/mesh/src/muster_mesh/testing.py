@@ -26,6 +26,7 @@ from muster_mesh.errors import (
     MeshError,
     MessageTooLarge,
     NotTheHolder,
+    RateLimited,
     RecipientExpired,
     RecipientNotFound,
     Superseded,
@@ -398,6 +399,43 @@ async def every_kind_of_send_renews_the_sender(make: MeshFactory) -> None:
         assert (await mesh.get_agent("alice")).last_seen_at == clock() - timedelta(seconds=500), (
             "a preview renews nothing"
         )
+
+
+@check
+async def every_plain_direct_send_renews_the_sender(make: MeshFactory) -> None:
+    # A store may take a shorter path for a sender it has seen before (PostgreSQL's one-statement send, from the
+    # sender's second plain direct send on): every send of a row renews the lease, not only the first.
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice", ttl_seconds=600)
+        await join(mesh, "bob", ttl_seconds=86400)
+        for n in range(4):
+            clock.advance(300)
+            assert await send(mesh, alice, f"plain {n}", to="bob") == ["bob"]
+            seen = await mesh.get_agent("alice")
+            assert (seen.last_seen_at, seen.expires_at) == (clock(), clock() + timedelta(seconds=600)), n
+        assert (await mesh.get_agent("alice")).alive, "four sends 300 s apart kept a 600 s lease alive"
+
+
+@check
+async def fan_out_is_rate_limited_per_sender_and_direct_sends_are_not(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        burst = mesh.limits.fanout_per_minute
+        loud = await join(mesh, "loud", ttl_seconds=86400)
+        quiet = await join(mesh, "quiet", ttl_seconds=86400)
+        r1 = await join(mesh, "r1", role="qa", ttl_seconds=86400)
+        for _ in range(burst):
+            assert await send(mesh, loud, role="qa") == ["r1"]
+        err = await raises(RateLimited, send(mesh, loud, role="qa"))
+        assert err.code == "rate_limited" and 0 < err.retry_after <= 60 / burst + 1e-9
+        assert err.problem_extra["per_minute"] == burst
+        assert await send(mesh, loud, to="r1") == ["r1"], "direct messages are not limited"
+        assert await send(mesh, quiet, role="qa") == ["r1"], "each sender has its own rate"
+        unread = await mesh.read_inbox(token=r1, limit=500)
+        assert len(unread.messages) == burst + 2, "the refused fan-out stored nothing"
+        clock.advance(err.retry_after)
+        assert await send(mesh, loud, role="qa") == ["r1"], "the rate refills on the mesh's clock"
 
 
 @check
