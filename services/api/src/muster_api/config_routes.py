@@ -5,20 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
-from muster_api.a2a.component import A2AState
-from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.routes import PROBLEM, agents_out
+from muster_api.web.deps import A2ADep, DispatchDep
 from muster_api.web.jsonbody import StrictJsonRoute
 
 router = APIRouter(prefix="/config", tags=["config"], route_class=StrictJsonRoute)
 
 
 @router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
-async def reload_config(request: Request) -> dict[str, Any]:
-    a2a_state: A2AState = request.app.state.a2a
-    dispatch_state: DispatchState = request.app.state.dispatch
+async def reload_config(a2a_state: A2ADep, dispatch_state: DispatchDep) -> dict[str, Any]:
     a2a = await a2a_state.reload()
     await dispatch_state.reload()
     return {

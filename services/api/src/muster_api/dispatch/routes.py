@@ -6,7 +6,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from muster_api.dispatch.component import DispatchState
@@ -15,6 +15,7 @@ from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
 from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
 from muster_api.dispatch.runs import cancel_run, create_run, steer_run
+from muster_api.web.deps import DispatchDep
 from muster_api.web.jsonbody import StrictJsonRoute
 
 router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=StrictJsonRoute)
@@ -33,11 +34,6 @@ POST_ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"description": "invalid input (the field and the rule are named), or a broken agent definition", **PROBLEM},
 }
 OVER: dict[int | str, dict[str, Any]] = {409: {"description": "the run is over", **PROBLEM}}
-
-
-def _state(request: Request) -> DispatchState:
-    state: DispatchState = request.app.state.dispatch
-    return state
 
 
 def agents_out(state: DispatchState) -> AgentsOut:
@@ -60,13 +56,12 @@ def agents_out(state: DispatchState) -> AgentsOut:
 
 
 @router.get("/agents")
-async def list_agents(request: Request) -> AgentsOut:
-    return agents_out(_state(request))
+async def list_agents(state: DispatchDep) -> AgentsOut:
+    return agents_out(state)
 
 
 @router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})
-async def reload_agents(request: Request) -> AgentsOut:
-    state = _state(request)
+async def reload_agents(state: DispatchDep) -> AgentsOut:
     await state.reload()
     return agents_out(state)
 
@@ -76,13 +71,13 @@ def _accepted(run: Run) -> JSONResponse:
 
 
 @router.post("/runs", status_code=202, response_model=Run, responses=POST_ERRORS)
-async def post_run(body: RunIn, request: Request) -> JSONResponse:
-    return _accepted(await create_run(_state(request), body))
+async def post_run(body: RunIn, state: DispatchDep) -> JSONResponse:
+    return _accepted(await create_run(state, body))
 
 
 @router.get("/runs")
 async def list_runs(
-    request: Request,
+    state: DispatchDep,
     agent: Annotated[str | None, Query(max_length=200)] = None,
     status: Annotated[
         Literal["queued", "running", "completed", "failed", "cancelled", "interrupted"] | None, Query()
@@ -90,7 +85,7 @@ async def list_runs(
     cursor: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
 ) -> RunPage:
-    runs = await _state(request).store.page(agent=agent, status=status, before=cursor, limit=limit)
+    runs = await state.store.page(agent=agent, status=status, before=cursor, limit=limit)
     return RunPage(runs=runs, next_cursor=runs[-1].id if len(runs) == limit else None)
 
 
@@ -102,8 +97,8 @@ async def _run(state: DispatchState, run_id: str) -> Run:
 
 
 @router.get("/runs/{run_id}", responses=NO_RUN)
-async def get_run(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
-    return await _run(_state(request), run_id)
+async def get_run(run_id: Annotated[str, ID_PATH], state: DispatchDep) -> Run:
+    return await _run(state, run_id)
 
 
 @router.get(
@@ -119,11 +114,10 @@ async def get_run(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
 )
 async def run_events(
     run_id: Annotated[str, ID_PATH],
-    request: Request,
+    state: DispatchDep,
     format: Annotated[Literal["sse", "jsonl"], Query()] = "sse",
     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,12}$")] = None,
 ) -> StreamingResponse:
-    state = _state(request)
     if format == "jsonl":
         await _run(state, run_id)
         return StreamingResponse(
@@ -148,10 +142,10 @@ async def _continued(first: str, rest: AsyncGenerator[str, None]) -> AsyncIterat
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, responses={**NO_RUN, **OVER})
-async def steer(run_id: Annotated[str, ID_PATH], body: SteerIn, request: Request) -> Run:
-    return await steer_run(_state(request), run_id, body.text)
+async def steer(run_id: Annotated[str, ID_PATH], body: SteerIn, state: DispatchDep) -> Run:
+    return await steer_run(state, run_id, body.text)
 
 
 @router.post("/runs/{run_id}/cancel", status_code=202, responses={**NO_RUN, **OVER})
-async def cancel(run_id: Annotated[str, ID_PATH], request: Request) -> Run:
-    return await cancel_run(_state(request), run_id)
+async def cancel(run_id: Annotated[str, ID_PATH], state: DispatchDep) -> Run:
+    return await cancel_run(state, run_id)

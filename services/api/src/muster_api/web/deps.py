@@ -1,5 +1,5 @@
 """The service's shared dependencies, named once as ``Annotated`` aliases: a route takes ``runtime: RuntimeDep`` or
-``a2a: A2ADep`` instead of reaching into ``request.app.state`` itself.
+``a2a: A2ADep`` or ``state: DispatchDep`` instead of reaching into ``request.app.state`` itself.
 
 The capability modules (``muster_api.mesh``, ``.a2a``, ``.dispatch``) stay independent of each other (an
 import-linter contract), and every one of them may import this module: so it imports none of them at run time. The
@@ -19,6 +19,7 @@ from muster_mesh import Mesh
 
 if TYPE_CHECKING:
     from muster_api.a2a.component import A2AState
+    from muster_api.dispatch.component import DispatchState
 
 
 async def get_runtime(request: Request) -> Runtime:
@@ -37,10 +38,16 @@ async def get_a2a(request: Request) -> A2AState:
     return request.app.state.a2a  # type: ignore[no-any-return]
 
 
+async def get_dispatch(request: Request) -> DispatchState:
+    return request.app.state.dispatch  # type: ignore[no-any-return]
+
+
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 if TYPE_CHECKING:
     A2ADep = Annotated[A2AState, Depends(get_a2a)]
+    DispatchDep = Annotated[DispatchState, Depends(get_dispatch)]
 else:
     A2ADep = Annotated[object, Depends(get_a2a)]
+    DispatchDep = Annotated[object, Depends(get_dispatch)]
 
-__all__ = ["A2ADep", "RuntimeDep", "get_a2a", "get_runtime", "mesh_of"]
+__all__ = ["A2ADep", "DispatchDep", "RuntimeDep", "get_a2a", "get_dispatch", "get_runtime", "mesh_of"]
