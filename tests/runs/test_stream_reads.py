@@ -53,13 +53,13 @@ async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no
             await group.start(notifier.run)
             run_id = await _queue(store, new_run_id(), "w")
             stream = sse_stream(state, run_id, 0)
-            assert await anext(stream) == "retry: 1000\n\n"
+            assert await anext(stream) == b"retry: 1000\n\n"
             rows = [
                 Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)}) for seq in (1, 2)
             ]
             await store.append_events(run_id, rows[:1])
             with anyio.fail_after(30):
-                assert (await anext(stream)).startswith("id: 1\n")
+                assert (await anext(stream)).endswith(b"\nid: 1\n\n")
             assert counting.reads == ["run"]
             # The rest, however it is woken (on SQLite the claim wakes readers too), up to the end.
             claimed = await store.claim("w1", NOW, NOW + LEASE)
@@ -67,7 +67,7 @@ async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no
             end = ending(claimed[0], _completed(), 2)
             assert await store.finish(run_id, "w1", _completed(), rows[1:], end)
             with anyio.fail_after(30):
-                rest = "".join([chunk async for chunk in stream])
+                rest = b"".join([chunk async for chunk in stream]).decode()
             assert rest.count("id: ") == 1 and "id: 2\n" in rest and rest.count("event: result") == 1
             group.cancel_scope.cancel()
     finally:

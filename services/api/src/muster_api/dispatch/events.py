@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
+from fastapi.sse import format_sse_event
 
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.worker import UNSHARED_POLL_SECONDS
@@ -28,13 +29,17 @@ KEEPALIVE_SECONDS = 15.0
 PAGE = 1000
 
 
-def sse_event(observation: Observation) -> str:
-    data = json.dumps(observation.to_dict(), ensure_ascii=False)
-    return f"id: {observation.seq}\ndata: {data}\n\n"
+# The frames are written by FastAPI's SSE encoder, the one the mesh's inbox stream answers through.
+RETRY = format_sse_event(retry=1000)
+KEEPALIVE = format_sse_event(comment="keepalive")
 
 
-def _result(run_json: str) -> str:
-    return f"event: result\ndata: {run_json}\n\n"
+def sse_event(observation: Observation) -> bytes:
+    return format_sse_event(data_str=json.dumps(observation.to_dict(), ensure_ascii=False), id=str(observation.seq))
+
+
+def _result(run_json: str) -> bytes:
+    return format_sse_event(event="result", data_str=run_json)
 
 
 async def _pages(state: DispatchState, run_id: str, after: int) -> AsyncIterator[list[Observation]]:
@@ -48,7 +53,7 @@ async def _pages(state: DispatchState, run_id: str, after: int) -> AsyncIterator
             return
 
 
-async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGenerator[str, None]:
+async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGenerator[bytes, None]:
     """Every event after ``after``, then the final ``result`` event carrying the run, then the end.
 
     Its first item comes once the stream is subscribed to the run's wake-ups and has read the run (raising
@@ -62,7 +67,7 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
         known = await state.store.get(run_id)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
-        yield "retry: 1000\n\n"
+        yield RETRY
         # None: read the rows; else what the last wake-up handed over. A queued run has no rows yet.
         handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
@@ -73,13 +78,13 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
                     looks = tail.looks
                     known = await state.store.get(run_id)
                 async for batch in _pages(state, run_id, after):
-                    yield "".join(sse_event(observation) for observation in batch)
+                    yield b"".join(sse_event(observation) for observation in batch)
                     after = batch[-1].seq
                 if known is not None and known.finished:
                     yield _result(known.model_dump_json())
                     return
             elif handed:  # one write for the batch: each write crosses every middleware and the socket
-                yield "".join(sse_event(observation) for observation in handed)
+                yield b"".join(sse_event(observation) for observation in handed)
                 after = handed[-1].seq
             known = None  # a run read earlier may have ended since, unheard: read again before rows are read
             if tail.end is not None and tail.end.seq == after:  # the end, handed over: every row is sent
@@ -89,7 +94,7 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
                 await sub.wait()
             handed = tail.since(after) if tail.looks == looks and not waited.cancelled_caught else None
             if waited.cancelled_caught and state.notifier.shared:
-                yield ": keepalive\n\n"
+                yield KEEPALIVE
 
 
 async def jsonl_lines(state: DispatchState, run_id: str) -> AsyncIterator[str]:

@@ -134,7 +134,7 @@ async def run_events(
     )
 
 
-async def _continued(first: str, rest: AsyncGenerator[str, None]) -> AsyncIterator[str]:
+async def _continued(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
     async with aclosing(rest):
         yield first
         async for chunk in rest:
