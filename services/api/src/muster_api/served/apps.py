@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from muster_api.dispatch.config import NAME_PATTERN, AgentDefinition, ServedOptions
 from muster_api.served.card import REST_PATH, card_document, card_of
 from muster_api.served.handler import ServedAgentHandler
+from muster_api.web.problems import problem
 
 if TYPE_CHECKING:
     from muster_api.dispatch.component import DispatchState
@@ -131,13 +132,8 @@ class _Built:
 
 
 async def _not_served(scope: Scope, receive: Receive, send: Send, name: str) -> None:
-    body = {
-        "type": "about:blank",
-        "title": "Not Found",
-        "status": 404,
-        "detail": f"no dispatch agent {name!r} is served over A2A (set a2a = true in its dispatch_agents entry)",
-    }
-    await Response(json.dumps(body), 404, media_type="application/problem+json")(scope, receive, send)
+    detail = f"no dispatch agent {name!r} is served over A2A (set a2a = true in its dispatch_agents entry)"
+    await problem(404, detail)(scope, receive, send)
 
 
 class ServedAgents:

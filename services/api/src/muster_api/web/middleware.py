@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
 import time
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from muster_api.web.problems import unhandled
+from muster_api.web.problems import problem, unhandled
 
 log = logging.getLogger("muster.access")
 
@@ -23,24 +22,6 @@ MAX_BODY_BYTES = 1024 * 1024
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})
 OPEN_PREFIXES = ("/ui/",)
 OPEN_METHODS = frozenset({"GET", "HEAD"})
-
-
-async def _send_problem(
-    send: Send, status: int, title: str, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
-) -> None:
-    body = json.dumps({"type": "about:blank", "title": title, "status": status, "detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/problem+json"),
-                (b"content-length", str(len(body)).encode()),
-                *headers,
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _open(path: str) -> bool:
@@ -85,7 +66,7 @@ class Edge:
             await send(message)
 
         try:
-            if await self._refused(scope, _send):
+            if await self._refused(scope, receive, _send):
                 return
             try:
                 await self.app(scope, self._limited(receive), _send)
@@ -105,20 +86,20 @@ class Edge:
     def _open(self, path: str) -> bool:
         return _open(path) or (self.public is not None and self.public.match(path) is not None)
 
-    async def _refused(self, scope: Scope, send: Send) -> bool:
+    async def _refused(self, scope: Scope, receive: Receive, send: Send) -> bool:
         """Answer a request without a valid key, or with a declared body over the limit; whether it was."""
         if self.keys and not (self._open(scope["path"]) and scope["method"] in OPEN_METHODS):
             presented = next((v for k, v in scope["headers"] if k == b"x-api-key"), None)
             if presented is None:
                 detail = "this API requires an X-API-Key header"
-                await _send_problem(send, 401, "Unauthorized", detail, [(b"www-authenticate", b"ApiKey")])
+                await problem(401, detail, headers={"WWW-Authenticate": "ApiKey"})(scope, receive, send)
                 return True
             if not any(hmac.compare_digest(presented, key) for key in self.keys):
-                await _send_problem(send, 403, "Forbidden", "the X-API-Key presented is not valid for this API")
+                await problem(403, "the X-API-Key presented is not valid for this API")(scope, receive, send)
                 return True
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
-                await _send_problem(send, 413, "Content Too Large", f"request body exceeds {self.limit} bytes")
+                await problem(413, f"request body exceeds {self.limit} bytes")(scope, receive, send)
                 return True
         return False
 
