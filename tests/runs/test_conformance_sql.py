@@ -9,9 +9,10 @@ import pytest
 
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
+from muster_api.dispatch.component import run_store
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.notify import RunNotifier
-from muster_api.dispatch.store import SqlConversationStore, run_store
+from muster_api.dispatch.store import SqlConversationStore
 from muster_api.runtime import utc_now
 from muster_api.settings import Settings
 from muster_dispatch import JournalSink

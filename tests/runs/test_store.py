@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from muster_api.db.engine import create_engine
+from muster_api.dispatch.component import run_store
 from muster_api.dispatch.notify import RunNotifier
-from muster_api.dispatch.store import SqlRunStore, new_run_id, run_store
+from muster_api.dispatch.store import SqlRunStore, new_run_id
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 

@@ -10,11 +10,11 @@ import anyio
 import pytest
 
 from muster_api.db.engine import create_engine
-from muster_api.dispatch.component import DispatchState
+from muster_api.dispatch.component import DispatchState, run_store
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import sse_stream
 from muster_api.dispatch.notify import RunNotifier
-from muster_api.dispatch.store import new_run_id, run_store
+from muster_api.dispatch.store import new_run_id
 from muster_api.dispatch.worker import ending
 from muster_api.settings import Settings
 from muster_dispatch import Observation

@@ -40,8 +40,8 @@ async def serve_workers(workers: int | None = None) -> None:
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import upgrade
     from muster_api.dispatch.component import running
-    from muster_api.dispatch.settings import DispatchSettings
     from muster_api.runtime import Runtime
+    from muster_api.settings import DispatchSettings
 
     settings = load_settings()
     configure(settings.log_level)

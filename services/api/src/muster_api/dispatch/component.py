@@ -16,19 +16,29 @@ from pathlib import Path
 
 import anyio
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_a2a import AgentConfigError
 from muster_api.configfile import read_config
+from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.notify import RunNotifier
-from muster_api.dispatch.settings import DispatchSettings
-from muster_api.dispatch.store import SqlConversationStore, run_store
+from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
+from muster_api.dispatch.store_postgres import PostgresRunStore
 from muster_api.dispatch.worker import sweep_forever, work_forever
 from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
+from muster_api.settings import DispatchSettings
 from muster_dispatch import local_provider
 
 log = logging.getLogger("muster.dispatch")
+
+
+def run_store(engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> SqlRunStore:
+    """The run store for this database: PostgreSQL's writes are one statement each (store_postgres.py)."""
+    dialect = dialect or dialect_of(engine)
+    kind: type[SqlRunStore] = dialect.pick(sqlite=SqlRunStore, postgresql=PostgresRunStore)
+    return kind(engine, notifier, dialect)
 
 
 class DispatchState:
@@ -38,6 +48,7 @@ class DispatchState:
         self.runtime = runtime
         self.settings = settings
         self.config = config
+        self.now = runtime.now
         self.instance = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.notifier = RunNotifier(runtime.engine, runtime.dialect)
         self.store = run_store(runtime.engine, self.notifier, runtime.dialect)

@@ -265,15 +265,6 @@ def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
     ]
 
 
-def run_store(engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> SqlRunStore:
-    """The run store for this database: PostgreSQL's writes are one statement each (store_postgres.py)."""
-    from muster_api.dispatch.store_postgres import PostgresRunStore
-
-    dialect = dialect or dialect_of(engine)
-    kind: type[SqlRunStore] = dialect.pick(sqlite=SqlRunStore, postgresql=PostgresRunStore)
-    return kind(engine, notifier, dialect)
-
-
 class SqlConversationStore:
     """``muster_dispatch.ConversationStore`` on the database: a capture replaces the whole snapshot at once."""
 

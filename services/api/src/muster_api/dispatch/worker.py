@@ -11,30 +11,33 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
+from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, control_key, shielded
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key, shielded
+from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.workspaces import resolve_workspace
+from muster_api.settings import DispatchSettings
 from muster_dispatch import (
     AgentEvent,
     AgentInput,
     Continuation,
     Dispatch,
     DispatchError,
+    LocalProvider,
     TurnResult,
     dispatch,
     replay_agent,
 )
 from muster_dispatch.agents import DispatchAgent
-
-if TYPE_CHECKING:
-    from muster_api.dispatch.component import DispatchState
 
 log = logging.getLogger("muster.dispatch.worker")
 
@@ -43,16 +46,37 @@ STATUS = {"completed": "completed", "failed": "failed", "canceled": "cancelled"}
 UNSHARED_POLL_SECONDS = 0.5
 
 
+class WorkerState(Protocol):
+    """What a worker reads from the capability it runs in (``DispatchState`` is one)."""
+
+    @property
+    def settings(self) -> DispatchSettings: ...
+    @property
+    def lease(self) -> timedelta: ...
+    @property
+    def now(self) -> Callable[[], datetime]: ...
+    @property
+    def notifier(self) -> RunNotifier: ...
+    @property
+    def store(self) -> SqlRunStore: ...
+    @property
+    def conversations(self) -> SqlConversationStore: ...
+    @property
+    def provider(self) -> LocalProvider: ...
+    @property
+    def agents(self) -> DispatchAgents: ...
+
+
 def _json(value: Any) -> Any:
     """JSON-ready (error details are free-form)."""
     return json.loads(json.dumps(value, default=str))
 
 
-def idle_wait(state: DispatchState) -> float:
+def idle_wait(state: WorkerState) -> float:
     return state.settings.renew_every if state.notifier.shared else UNSHARED_POLL_SECONDS
 
 
-async def work_forever(state: DispatchState, owner: str) -> None:
+async def work_forever(state: WorkerState, owner: str) -> None:
     # Subscribed for the worker's whole life: a run queued while it executes, or right after the end of a run found
     # nothing queued, leaves a wake-up waiting for it.
     async with state.notifier.subscribe(NEW_RUN) as queued:
@@ -61,7 +85,7 @@ async def work_forever(state: DispatchState, owner: str) -> None:
         while True:
             try:
                 if claimed is None and look:
-                    now = state.runtime.now()
+                    now = state.now()
                     with shielded():
                         claimed = await state.store.claim(owner, now, now + state.lease)
                 if claimed is None:
@@ -78,22 +102,22 @@ async def work_forever(state: DispatchState, owner: str) -> None:
                 await anyio.sleep(idle_wait(state))
 
 
-async def sweep_forever(state: DispatchState) -> None:
+async def sweep_forever(state: WorkerState) -> None:
     while True:
         await anyio.sleep(state.settings.renew_every)
         try:
             with shielded():
-                lapsed = await state.store.interrupt_lapsed(state.runtime.now())
+                lapsed = await state.store.interrupt_lapsed(state.now())
             for run_id in lapsed:
                 log.warning("run %s interrupted: its worker stopped renewing the lease", run_id)
         except Exception:
             log.exception("dispatch sweep failed; retrying")
 
 
-async def _prepare(state: DispatchState, run: Run) -> tuple[DispatchAgent, AgentInput, Path]:
+async def _prepare(state: WorkerState, run: Run) -> tuple[DispatchAgent, AgentInput, Path]:
     workspace = resolve_workspace(state.settings.workspaces_root, run.workspace)
     if run.replay_of is not None:
-        source = await SqlJournal.open(state.store, run.replay_of, state.runtime.now)
+        source = await SqlJournal.open(state.store, run.replay_of, state.now)
         replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
         return replay, AgentInput(run.prompt), workspace
     agent = state.agents.build(run.agent, state.conversations)
@@ -121,10 +145,10 @@ def failed(error: DispatchError | RunRequestError, finished_at: Any) -> dict[str
     return {"status": "failed", "finished_at": finished_at, "error": _json({"details": {}, **body})}
 
 
-async def execute(state: DispatchState, run: Run, has_controls: bool, owner: str) -> tuple[Run, bool] | None:
+async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) -> tuple[Run, bool] | None:
     """Run it and store its end; the next run, claimed for this worker by the same write (None when none was
     queued)."""
-    now = state.runtime.now
+    now = state.now
     journal = SqlJournal(state.store, run.id, now)
     try:
         with shielded():
@@ -168,9 +192,9 @@ def ending(run: Run, values: dict[str, Any], last_seq: int) -> RunEnd:
 
 
 async def _end(
-    state: DispatchState, run: Run, owner: str, values: dict[str, Any], journal: SqlJournal
+    state: WorkerState, run: Run, owner: str, values: dict[str, Any], journal: SqlJournal
 ) -> tuple[Run, bool] | None:
-    now = state.runtime.now()
+    now = state.now()
     last_events = await journal.take_pending()
     stored, claimed = await state.store.finish_and_claim(
         run.id, owner, values, last_events, now, now + state.lease, ending(run, values, journal.seq)
@@ -180,12 +204,12 @@ async def _end(
     return claimed
 
 
-async def _keep_lease(state: DispatchState, run: Run, owner: str, running: Dispatch) -> None:
+async def _keep_lease(state: WorkerState, run: Run, owner: str, running: Dispatch) -> None:
     while True:
         await anyio.sleep(state.settings.renew_every)
         try:
             with shielded():
-                kept = await state.store.renew(run.id, owner, state.runtime.now() + state.lease)
+                kept = await state.store.renew(run.id, owner, state.now() + state.lease)
         except Exception:
             log.exception("lease renewal of run %s failed; retrying", run.id)
             continue
@@ -196,7 +220,7 @@ async def _keep_lease(state: DispatchState, run: Run, owner: str, running: Dispa
 
 
 async def _follow_controls(
-    state: DispatchState, run: Run, running: Dispatch, journal: SqlJournal, look_first: bool
+    state: WorkerState, run: Run, running: Dispatch, journal: SqlJournal, look_first: bool
 ) -> None:
     seen = 0
     look = look_first
