@@ -16,7 +16,7 @@ instances, each with a ratio against a baseline measured in the same run.
 
 Processes: two ``muster serve`` and up to two ``muster worker`` on one database, 127.0.0.1. PostgreSQL when
 MUSTER_TEST_POSTGRES_URL points at 127.0.0.1 (a fresh database, dropped after), then one SQLite file (processes on it
-wake each other through the file's data_version: the second figure measures that).
+wake each other through wake files watched with watchfiles: the second figure measures that).
 """
 
 from __future__ import annotations
