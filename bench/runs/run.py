@@ -16,7 +16,7 @@ instances, each with a ratio against a baseline measured in the same run.
 
 Processes: two ``muster serve`` and up to two ``muster worker`` on one database, 127.0.0.1. PostgreSQL when
 MUSTER_TEST_POSTGRES_URL points at 127.0.0.1 (a fresh database, dropped after), then one SQLite file (processes on it
-wake each other through the file's data_version: the second figure measures that).
+wake each other through wake files watched with watchfiles: the second figure measures that).
 """
 
 from __future__ import annotations
@@ -224,8 +224,8 @@ def cpu_lines(label: str, measured: Throughput, local: Throughput, exchange_ms: 
     )
 
 
-async def noop_round_trip(client: httpx.AsyncClient, meter: CpuMeter) -> tuple[list[float], float]:
-    """The no-op's round trips (ms), and the CPU one costs this client and the API process (ms)."""
+async def noop_round_trip(client: httpx.AsyncClient, meter: CpuMeter) -> tuple[list[float], dict[str, float]]:
+    """The no-op's round trips (ms), and the CPU one costs each process metered (ms)."""
     samples = []
     meter.start()
     for _ in range(NOOP_SAMPLES):
@@ -233,7 +233,7 @@ async def noop_round_trip(client: httpx.AsyncClient, meter: CpuMeter) -> tuple[l
         (await client.get("/healthz")).raise_for_status()
         samples.append((time.perf_counter() - started) * 1000)
     spent = meter.stop()
-    return samples, sum(spent.values()) * 1000 / NOOP_SAMPLES
+    return samples, {name: seconds * 1000 / NOOP_SAMPLES for name, seconds in spent.items()}
 
 
 async def sse_latency(first: httpx.AsyncClient, other: httpx.AsyncClient) -> list[float]:
@@ -250,6 +250,92 @@ async def sse_latency(first: httpx.AsyncClient, other: httpx.AsyncClient) -> lis
             if isinstance(event.get("data"), dict) and "t" in event["data"]:
                 latencies.append((received - event["data"]["t"]) * 1000)
     return latencies[10:]  # the first ones meet connections still warming up
+
+
+class Floor(NamedTuple):
+    """A run's work done with nothing wasted, CPU ms, measured in the same run: the server side of two no-op
+    exchanges (a run's POST and its stream), ``dispatch()`` of the same agent in one process, and one statement
+    writing the run's journal rows (this process's driver and, on PostgreSQL, the backend)."""
+
+    exchanges: float
+    dispatch: float
+    journal: float
+
+    @property
+    def total(self) -> float:
+        return self.exchanges + self.dispatch + self.journal
+
+
+JOURNAL_SAMPLES = 200
+JOURNAL_TABLE = "bench_floor_journal"
+JOURNAL_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {JOURNAL_TABLE} (run_id TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, "
+    "source TEXT NOT NULL, scope TEXT NOT NULL, event TEXT NOT NULL, PRIMARY KEY (run_id, seq))"
+)
+
+
+def journal_rows(run: int) -> list[tuple[str, int, str, str, str, str]]:
+    """The rows of one run of the ``twenty`` agent as its journal holds them (the event as JSON)."""
+    at = "2030-01-01T00:00:00.000000+00:00"
+    texts = [*(str(i) for i in range(bench_agents.EVENTS - 1)), "done"]
+    kinds = ["text_delta"] * (bench_agents.EVENTS - 1) + ["text"]
+    return [
+        (f"run-{run}", seq, at, "agent", "{}", json.dumps({"type": kind, "text": text}))
+        for seq, (kind, text) in enumerate(zip(kinds, texts, strict=True), start=1)
+    ]
+
+
+async def journal_statement(db_url: str, group: Cluster) -> float:
+    """CPU ms of one statement inserting a run's journal rows, in this process and the database's backend."""
+    if db_url.startswith("postgresql"):
+        import asyncpg  # type: ignore[import-untyped]
+
+        conn = await asyncpg.connect(db_url)
+        try:
+            await conn.execute(JOURNAL_DDL)
+            insert = (
+                f"INSERT INTO {JOURNAL_TABLE} SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], "
+                "$5::text[], $6::text[])"
+            )
+            meter = group.meter(["client", "PostgreSQL"])
+            meter.start()
+            for run in range(JOURNAL_SAMPLES):
+                await conn.execute(insert, *(list(column) for column in zip(*journal_rows(run), strict=True)))
+            spent = meter.stop()
+            await conn.execute(f"DROP TABLE {JOURNAL_TABLE}")
+        finally:
+            await conn.close()
+        return float(sum(spent.values())) * 1000 / JOURNAL_SAMPLES
+    import sqlite3
+
+    conn = sqlite3.connect(db_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(JOURNAL_DDL)
+        insert = f"INSERT INTO {JOURNAL_TABLE} VALUES " + ",".join(["(?,?,?,?,?,?)"] * bench_agents.EVENTS)
+        started = time.process_time()
+        for run in range(JOURNAL_SAMPLES):
+            conn.execute(insert, [value for row in journal_rows(run) for value in row])
+        spent_s = time.process_time() - started
+        conn.execute(f"DROP TABLE {JOURNAL_TABLE}")
+    finally:
+        conn.close()
+    return spent_s * 1000 / JOURNAL_SAMPLES
+
+
+def floor_line(measured: Throughput, floor: Floor) -> None:
+    """The run's server CPU (API, worker, database backends: not the clients) against its floor. Goal: <= 3x."""
+    server = {name: ms for name, ms in measured.cpu_ms.items() if name != "client"}
+    total = sum(server.values())
+    shares = ", ".join(f"{name} {ms:.2f}" for name, ms in server.items())
+    print(
+        f"    floor per run (ms): two no-op exchanges' server CPU {floor.exchanges:.2f} + dispatch() "
+        f"{floor.dispatch:.2f} + one statement writing the journal {floor.journal:.2f} = {floor.total:.2f}",
+        flush=True,
+    )
+    ratio_line("server CPU per run (1 worker)", total, "ms", "floor", floor.total, "<= 3x", total <= 3 * floor.total)
+    print(f"    server CPU per run by process (ms): {shares}", flush=True)
 
 
 @contextmanager
@@ -270,7 +356,10 @@ async def run_on(label: str, db_url: str) -> None:
                 httpx.AsyncClient(base_url=first_url, timeout=120) as first,
                 httpx.AsyncClient(base_url=other_url, timeout=120) as other,
             ):
-                noop, exchange_ms = await noop_round_trip(other, group.meter(["client", "api-2"]))
+                noop, noop_cpu = await noop_round_trip(other, group.meter(["client", "api-2"]))
+                exchange_ms = sum(noop_cpu.values())
+                journal_ms = await journal_statement(db_url, group)
+                floor = Floor(2 * noop_cpu["api-2"], local.total_cpu_ms, journal_ms)
                 group.worker("worker-1")
                 one = await api_throughput(first, "one", group.meter())
                 ratio_line(
@@ -283,6 +372,7 @@ async def run_on(label: str, db_url: str) -> None:
                     one.runs_per_s >= 0.5 * local.runs_per_s,
                 )
                 cpu_lines("1 worker", one, local, exchange_ms)
+                floor_line(one, floor)
                 group.worker("worker-2")
                 two = await api_throughput(first, "two", group.meter())
                 ratio_line(

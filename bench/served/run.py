@@ -3,7 +3,8 @@ embedded worker, journal stored, task read back) vs a bare a2a-sdk server answer
 
 Both servers run under uvicorn in this process on loopback; one a2a-sdk JSON-RPC client each (blocking SendMessage,
 kept-alive connections), interleaved call by call so that drift hits both equally. Printed: the median and p90 round
-trip of each side and the ratio Muster/bare. Muster's database: a fresh SQLite file, or MUSTER_BENCH_DATABASE_URL.
+trip of each side and the ratio Muster/bare (goal: median <= 2x). Muster's database: a fresh SQLite file, or
+MUSTER_BENCH_DATABASE_URL.
 
 Run: .venv/bin/python bench/served/run.py  (about 20 s; traffic only to 127.0.0.1)
 """
@@ -114,7 +115,10 @@ async def main() -> None:
     b, m = statistics.median(bare_ms), statistics.median(muster_ms)
     print(f"  bare a2a-sdk server        median {b:7.2f} ms  p90 {p90(bare_ms):7.2f} ms")
     print(f"  Muster served agent (run)  median {m:7.2f} ms  p90 {p90(muster_ms):7.2f} ms")
-    print(f"  ratio Muster/bare: median {m / b:5.2f}x  p90 {p90(muster_ms) / p90(bare_ms):5.2f}x")
+    verdict = "meets" if m <= 2 * b else "MISSES"
+    print(
+        f"  ratio Muster/bare: median {m / b:5.2f}x ({verdict} goal <= 2x)  p90 {p90(muster_ms) / p90(bare_ms):5.2f}x"
+    )
     print(f"  {time.monotonic() - started:.1f} s total")
 
 

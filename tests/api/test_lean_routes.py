@@ -125,7 +125,7 @@ async def test_a_lean_route_answers_every_input_as_fastapis_handler_does() -> No
 
 
 def test_the_hot_mesh_routes_take_the_lean_path_and_the_hot_paths_table(tmp_path: object) -> None:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/l.db"))
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/l.db", lean_routes=True))
     hot = app.router.routes[0]
     assert isinstance(hot, HotPaths)
     for method, path in (("POST", "/mesh/messages"), ("GET", "/mesh/inbox"), ("POST", "/mesh/checkin")):
@@ -133,8 +133,14 @@ def test_the_hot_mesh_routes_take_the_lean_path_and_the_hot_paths_table(tmp_path
         assert _lean(context.dependant, context._embed_body_fields) is not None, path
 
 
+def test_lean_routes_off_leaves_every_route_to_fastapi(tmp_path: object) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/p.db", lean_routes=False))
+    assert not any(isinstance(route, HotPaths) for route in app.router.routes)
+    assert app.state.lean_routes is False
+
+
 def test_the_hot_paths_table_never_claims_a_path_an_earlier_route_answers(tmp_path: object) -> None:
-    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/h.db"))
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/h.db", lean_routes=True))
     earlier = APIRouter()
 
     @earlier.get("/mesh/inbox")

@@ -85,7 +85,7 @@ def test_problems_raise_with_their_code(service: ServerProcess, name: str) -> No
 
 
 async def test_problems_raise_with_their_code_async(service: ServerProcess, name: str) -> None:
-    """The asynchronous client reads answers through its own HTTP path (``exchange``): the same errors."""
+    """The asynchronous client reads answers through httpx.AsyncClient: the same errors."""
     async with AsyncMusterClient(service.base_url, api_key=API_KEY) as client:
         with pytest.raises(Unauthorized) as no_token:
             await client.inbox()

@@ -1,5 +1,4 @@
-"""``AsyncMusterClient``: the asynchronous client (one pool of connections, ``exchange.Exchange``; ``async with``, or
-``aclose()``)."""
+"""``AsyncMusterClient``: the asynchronous client (one httpx.AsyncClient; ``async with``, or ``aclose()``)."""
 
 from __future__ import annotations
 
@@ -7,10 +6,11 @@ from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, TypeVar
 
+import httpx
+
 from muster_client import calls, config
 from muster_client.calls import Call
 from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
-from muster_client.exchange import TRANSPORT_ERRORS, Exchange, Timeouts, answer, json_body, lines, query
 from muster_client.models import (
     A2AAgents,
     A2ACall,
@@ -49,9 +49,10 @@ class AsyncMusterClient(ClientCore):
         api_key: str | None = None,
         token: str | None = None,
         timeout: float = config.DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         super().__init__(url, api_key=api_key, token=token, timeout=timeout)
-        self._http = Exchange(self.url)
+        self._http = httpx.AsyncClient(base_url=self.url, transport=transport)
 
     async def __aenter__(self) -> AsyncMusterClient:
         return self
@@ -65,25 +66,18 @@ class AsyncMusterClient(ClientCore):
         await self._http.aclose()
 
     async def call(self, call: Call[T]) -> T:
-        headers = self.headers(call)
-        body = None
-        if call.body is not None:
-            body = json_body(call.body)
-            headers["Content-Type"] = "application/json"
         try:
             response = await self._http.request(
                 call.method,
-                call.path + query(call.params),
-                wire(headers),
-                body,
-                self._timeouts(self.read_timeout(call)),
+                call.path,
+                params=call.params,
+                json=call.body,
+                headers=self.headers(call),
+                timeout=self.timeout_for(call),
             )
-        except TRANSPORT_ERRORS as exc:
+        except httpx.TransportError as exc:
             raise self.unreachable(exc) from exc
         return self.finish(call, response)
-
-    def _timeouts(self, read: float | None) -> Timeouts:
-        return {"connect": self.timeout, "read": read, "write": self.timeout, "pool": self.timeout}
 
     async def ready(self) -> Ready:
         return await self.call(calls.ready())
@@ -202,15 +196,18 @@ class AsyncMusterClient(ClientCore):
         self, path: str, params: dict[str, Any] | None, headers: dict[str, str]
     ) -> AsyncIterator[ServerEvent]:
         try:
-            async with self._http.stream(path + query(params), wire(headers), self._timeouts(None)) as response:
-                if response.status >= 400:
-                    raise_for_problem(answer(response, await response.aread()))
+            async with self._http.stream(
+                "GET", path, params=params, headers=headers, timeout=httpx.Timeout(self.timeout, read=None)
+            ) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise_for_problem(response)
                 parser = EventParser()
-                async for line in lines(response):
+                async for line in response.aiter_lines():
                     event = parser.feed(line)
                     if event is not None:
                         yield event
-        except TRANSPORT_ERRORS as exc:
+        except httpx.TransportError as exc:
             raise self.unreachable(exc) from exc
 
     # ------------------------------------------------------------ A2A
@@ -313,16 +310,6 @@ class AsyncMusterClient(ClientCore):
             if finished is not None:
                 return finished
         return await self.run(run_id)
-
-
-def wire(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    """The request's headers as sent, with httpx's defaults for Accept and User-Agent (httpcore adds Host and
-    Content-Length)."""
-    sent = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
-    if "Accept" not in headers:
-        sent.append((b"Accept", b"*/*"))
-    sent.append((b"User-Agent", b"muster-client"))
-    return sent
 
 
 __all__ = ["AsyncMusterClient"]

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-import httpcore
 import httpx
 
 from muster_client import config
@@ -16,21 +14,6 @@ from muster_client.models import CheckinRecord, CheckoutResult, InboxMessage, Ru
 from muster_client.sse import ServerEvent
 
 T = TypeVar("T")
-
-
-class Response(Protocol):
-    """What is read of an answer: an ``httpx.Response`` (the synchronous client) or an ``exchange.Answer``."""
-
-    @property
-    def status_code(self) -> int: ...
-    @property
-    def reason_phrase(self) -> str: ...
-    @property
-    def headers(self) -> Mapping[str, str]: ...
-    @property
-    def content(self) -> bytes: ...
-    @property
-    def text(self) -> str: ...
 
 
 SESSION_ENDED = frozenset({"unauthorized", "token_required", "invalid_token", "lease_expired", "superseded"})
@@ -68,11 +51,9 @@ class ClientCore:
             headers["Idempotency-Key"] = call.idempotency_key
         return headers
 
-    def read_timeout(self, call: Call[Any]) -> float | None:
-        return None if call.hold is None else self.timeout + call.hold
-
     def timeout_for(self, call: Call[Any]) -> httpx.Timeout:
-        return httpx.Timeout(self.timeout, read=self.read_timeout(call))
+        read = None if call.hold is None else self.timeout + call.hold
+        return httpx.Timeout(self.timeout, read=read)
 
     def stream_headers(self, last_event_id: int | None) -> dict[str, str]:
         headers = self.base_headers()
@@ -83,18 +64,18 @@ class ClientCore:
             headers["Last-Event-ID"] = str(last_event_id)
         return headers
 
-    def unreachable(self, exc: Exception) -> ServiceUnreachable:
-        if isinstance(exc, (httpx.TimeoutException, httpcore.TimeoutException, TimeoutError)):
+    def unreachable(self, exc: httpx.TransportError) -> ServiceUnreachable:
+        if isinstance(exc, httpx.TimeoutException):
             reason = f"no answer within the timeout ({type(exc).__name__})"
         else:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ServiceUnreachable(self.url, reason)
 
-    def finish(self, call: Call[T], response: Response) -> T:
+    def finish(self, call: Call[T], response: httpx.Response) -> T:
         """The answer as the call's model; a problem answer raised as its ``ApiError``."""
         raise_for_problem(response)
         try:
-            data = json.loads(response.content)
+            data = response.json()
         except ValueError as exc:
             raise UnexpectedAnswer(
                 f"{call.method} {call.path} answered {response.status_code} that is not JSON: {response.text[:200]!r}"
@@ -109,7 +90,7 @@ class ClientCore:
         return result
 
 
-def raise_for_problem(response: Response) -> None:
+def raise_for_problem(response: httpx.Response) -> None:
     if response.status_code < 400:
         return
     body: dict[str, Any] = {}

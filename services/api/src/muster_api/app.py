@@ -72,8 +72,10 @@ def create_app(
     # Each served agent is an A2A sub-application of its own (see served/apps.py), behind the same middlewares.
     app.mount(SERVED_PREFIX, ServedAgents())
     dashboard.install(app)
-    # First: the hot mesh routes are found by one lookup instead of the router's walk (see leanroute.HotPaths).
-    app.router.routes.insert(0, HotPaths(app.router.routes))
+    app.state.lean_routes = settings.lean_routes
+    if settings.lean_routes:
+        # First: the hot mesh routes are found by one lookup instead of the router's walk (see leanroute.HotPaths).
+        app.router.routes.insert(0, HotPaths(app.router.routes))
     app.add_middleware(
         Edge,
         keys=[k.get_secret_value() for k in settings.api_keys],

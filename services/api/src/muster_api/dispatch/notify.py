@@ -11,9 +11,7 @@ them without reading the rows (``RunTail``). Any other wake-up, a gap in sequenc
 fit says "look": the reader reads the rows.
 
 SQLite has no NOTIFY: processes sharing the file wake each other through files beside it, one per kind of key,
-watched with inotify (``wakefiles.py``). Without inotify a process learns of another's commits from the file's
-``data_version`` (``FileWatch``), which wakes its run readers and idle workers; controls are not woken by it (a
-worker's own journal writes change the file too), their waiters look again now and then.
+watched with watchfiles (``wakefiles.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import itertools
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import NamedTuple
 
@@ -31,10 +29,9 @@ from anyio.abc import TaskStatus
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
-from muster_api.db.engine import UNLOCKED_READS
 from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
 from muster_api.db.url import sqlite_path
-from muster_api.dispatch.wakefiles import WakeFiles, inotify
+from muster_api.dispatch.wakefiles import WakeFiles
 from muster_dispatch import Observation
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -63,63 +60,6 @@ def kind_of(key: str) -> str:
     if key == NEW_RUN:
         return "queued"
     return "controls" if key.startswith(CONTROL_PREFIX) else "events"
-
-
-class FileWatch:
-    """Wakes a process's waiters when another connection committed to the SQLite file: ``PRAGMA data_version`` on one
-    connection of its own changes with every commit made by any other connection. Looked at every ``FASTEST``
-    seconds while the file changes, backing off to ``SLOWEST`` while it does not (a few cheap reads a second).
-    The version also moves with every commit of this process's own other connections (the mesh's, for one), and
-    each move wakes the idle workers to look for runs: looked at every 10 ms, a busy mesh on SQLite lost about 30%
-    of its check-in throughput to it; every 100 ms, a few percent."""
-
-    FASTEST = 0.1
-    SLOWEST = 0.25
-
-    def __init__(self, engine: AsyncEngine, wake: Callable[[], None]) -> None:
-        self._engine = engine.execution_options(**{UNLOCKED_READS: True})
-        self._wake = wake
-
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Started once the first version is read: a commit after that wakes the waiters."""
-        started = False
-        while True:
-            try:
-                conn = self._engine.connect()
-                with shielded():
-                    await conn.start()
-                try:
-                    last = await self._version(conn)
-                    if not started:
-                        started = True
-                        task_status.started()
-                    await self._watch(conn, last)
-                finally:
-                    with shielded():
-                        await conn.close()
-            except Exception:  # a lost connection: open another one; waiters keep their own timed looks meanwhile
-                if not started:
-                    raise
-                log.exception("SQLite change watch failed; retrying")
-            await anyio.sleep(1.0)
-            self._wake()
-
-    @staticmethod
-    async def _version(conn: AsyncConnection) -> object:
-        with shielded():
-            result = await conn.exec_driver_sql("PRAGMA data_version")
-        return result.scalar()
-
-    async def _watch(self, conn: AsyncConnection, last: object) -> None:
-        pause = self.FASTEST
-        while True:
-            await anyio.sleep(pause)
-            version = await self._version(conn)
-            if version != last:
-                last, pause = version, self.FASTEST
-                self._wake()
-            else:
-                pause = min(self.SLOWEST, pause * 2)
 
 
 class RunEnd(NamedTuple):
@@ -221,9 +161,7 @@ class RunNotifier:
         self._pg = RunListener(engine, self._local) if on_postgresql else None
         # An in-memory SQLite database has no other process to hear from.
         database = sqlite_path(engine.url.render_as_string()) if self._pg is None else None
-        libc = inotify() if database is not None else None
-        self._files = WakeFiles(database, libc) if database is not None and libc is not None else None
-        self._watch = FileWatch(engine, self._wake_readers) if database is not None and libc is None else None
+        self._files = WakeFiles(database) if database is not None else None
         self._keys: Counter[str] = Counter()
 
     @property
@@ -236,8 +174,6 @@ class RunNotifier:
             await self._pg.run(task_status=task_status)
         elif self._files is not None:
             await self._files.watch(self._wake_kind, task_status=task_status)
-        elif self._watch is not None:
-            await self._watch.run(task_status=task_status)
         else:
             task_status.started()
 
@@ -257,9 +193,6 @@ class RunNotifier:
     def tail(self, run_id: str) -> RunTail:
         """The run's tail while this process has a subscription to it."""
         return self._local.tails[run_id]
-
-    def _wake_readers(self) -> None:
-        self._local.fire([key for key in self._keys if not key.startswith(CONTROL_PREFIX)])
 
     def _wake_kind(self, kind: str) -> None:
         self._local.fire([key for key in self._keys if kind_of(key) == kind])

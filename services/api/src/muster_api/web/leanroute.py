@@ -10,7 +10,9 @@ per request from the annotations (which source, which key, one value or a list) 
 The route is still an ``APIRoute``: the OpenAPI document is built from it as before. Any other endpoint (a stream,
 a dependency of another kind, a header parameter) gets FastAPI's handler.
 
-A ``Direct`` dependency is not looked up in ``app.dependency_overrides``.
+A ``Direct`` dependency is not looked up in ``app.dependency_overrides``. The private framework names this needs are
+imported from ``framework`` (which says why); an app made with ``lean_routes`` off serves these routes through
+FastAPI's handler and router.
 """
 
 from __future__ import annotations
@@ -22,18 +24,22 @@ from copy import deepcopy
 from typing import Any, get_type_hints
 
 from fastapi import params
-from fastapi._compat import ModelField, field_annotation_is_scalar, get_missing_field_error
 from fastapi.dependencies.models import Dependant
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import _effective_route_context_var
-from fastapi.telemetry._api import _route_selected
 from pydantic_core import PydanticUndefined
-from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
+from muster_api.web.framework import (
+    ModelField,
+    effective_route_context,
+    field_annotation_is_scalar,
+    get_missing_field_error,
+    get_route_path,
+    route_selected,
+)
 from muster_api.web.jsonbody import StrictJsonRoute, parse_body
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -176,11 +182,20 @@ class LeanRoute(StrictJsonRoute):
     def get_route_handler(self) -> Handler:
         # Included in a router, the route is answered through a copy of it with the inclusion's settings (its
         # dependencies among them): FastAPI builds that copy's handler here, naming the copy in this variable.
-        context = _effective_route_context_var.get()
+        context = effective_route_context.get()
         route: Any = context if context is not None and context.original_route is self else self
+        plain = super().get_route_handler()
         if route.is_sse_stream or route.is_json_stream or not _answers_response(route.dependant.call):
-            return super().get_route_handler()
-        return _lean(route.dependant, route._embed_body_fields) or super().get_route_handler()
+            return plain
+        lean = _lean(route.dependant, route._embed_body_fields)
+        if lean is None:
+            return plain
+
+        async def handler(request: Request) -> Response:
+            # An app made with lean_routes off (Settings) is answered by FastAPI's handler.
+            return await (lean if getattr(request.app.state, "lean_routes", True) else plain)(request)
+
+        return handler
 
 
 class HotPaths(BaseRoute):
@@ -214,7 +229,7 @@ class HotPaths(BaseRoute):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         context = self.table[(scope["method"], get_route_path(scope))]
-        _route_selected(scope=scope, path=context.path_format)  # the route's name for OpenTelemetry, when enabled
+        route_selected(scope=scope, path=context.path_format)  # the route's name for OpenTelemetry, when enabled
         await context.app(scope, receive, send)
 
 
