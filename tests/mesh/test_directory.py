@@ -14,7 +14,7 @@ import pytest
 from muster_mesh import AgentList, FakeClock
 from muster_mesh.directory import DirectoryPage, shown_row
 from muster_mesh.mesh import view
-from muster_mesh.records import AgentRecord
+from muster_mesh.records import AgentRecord, DirectoryQuery
 from tests.mesh.test_conformance_sql import sql_factory
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -74,13 +74,15 @@ async def test_a_page_read_from_the_database_is_its_records_views_byte_for_byte(
                 assert await tx.create_agent(agent)
             stored = [await tx.get_agent(a.agent_id) for a in PAGE]
         assert stored == PAGE, "stored and read back as given"
-        everyone = await mesh.directory(include_expired=True, limit=4)
+        everyone = await mesh.directory(DirectoryQuery(include_expired=True, limit=4))
         assert everyone.json() == expected(PAGE[:4], NOW, "d")
-        rest = await mesh.directory(include_expired=True, cursor="d")
+        rest = await mesh.directory(DirectoryQuery(include_expired=True, cursor="d"))
         assert rest.json() == expected(PAGE[4:], NOW, None)
         live = await mesh.directory()
         assert live.json() == expected([a for a in PAGE if a.live_at(NOW)], NOW, None)
-        assert (await mesh.list_agents(include_expired=True, limit=4)).model_dump_json().encode() == everyone.json()
+        assert (
+            await mesh.list_agents(DirectoryQuery(include_expired=True, limit=4))
+        ).model_dump_json().encode() == everyone.json()
 
 
 def test_the_fingerprint_moves_with_what_the_page_says_not_with_the_clock() -> None:

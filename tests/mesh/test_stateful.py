@@ -43,6 +43,7 @@ from muster_mesh import (
     SendResult,
     Superseded,
 )
+from muster_mesh.records import DirectoryQuery
 
 T = TypeVar("T")
 NAMES = ("a", "b")
@@ -274,7 +275,7 @@ class MeshRules(RuleBasedStateMachine):
 
     @invariant()
     def roster_is_the_live_agents(self) -> None:
-        listing = self.env.run(self.mesh.list_agents(limit=500))
+        listing = self.env.run(self.mesh.list_agents(DirectoryQuery(limit=500)))
         mine = sorted(a.agent_id for a in listing.agents if a.agent_id.startswith(f"{self.prefix}-"))
         assert mine == sorted(self.id(n) for n in self.model if self.live(n))
 

@@ -70,6 +70,7 @@ from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
     AgentRecord,
+    DirectoryQuery,
     IdempotencyRecord,
     InboxEntry,
     MessageRecord,
@@ -117,6 +118,10 @@ class MeshLimits:
     expired_agent_retention: timedelta = timedelta(days=7)
     idempotency_ttl: timedelta = timedelta(hours=24)
     sweep_batch: int = 1000
+
+
+# The directory's default page: every live agent, the default page size, from the start.
+EVERY_LIVE_AGENT = DirectoryQuery()
 
 
 class _Replay(Exception):
@@ -424,70 +429,40 @@ class Mesh:
 
     # ------------------------------------------------------------------ directory
 
-    async def list_agents(
-        self,
-        *,
-        token: str | None = None,
-        include_expired: bool = False,
-        role: str | None = None,
-        repo: str | None = None,
-        cap: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> AgentList:
+    async def list_agents(self, query: DirectoryQuery = EVERY_LIVE_AGENT, *, token: str | None = None) -> AgentList:
         """The directory in agent_id order, a page at a time: live agents (all when ``include_expired``) with
         heartbeat and status ages. A token, when given, renews its agent's lease."""
-        page = await self.directory(
-            token=token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
-        )
+        page = await self.directory(query, token=token)
         return page.model()
 
-    async def directory(
-        self,
-        *,
-        token: str | None = None,
-        include_expired: bool = False,
-        role: str | None = None,
-        repo: str | None = None,
-        cap: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> DirectoryPage:
+    async def directory(self, query: DirectoryQuery = EVERY_LIVE_AGENT, *, token: str | None = None) -> DirectoryPage:
         """``list_agents`` as read, before its models are built (see ``DirectoryPage``)."""
         now = self._now()
-        limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
-        where = AgentFilter(live_at=None if include_expired else now, role=role, repo=repo, cap=cap)
+        limit = self._page_size(query.limit)
         # Without a token, a page is one read: no transaction around it.
         async with self.store.transaction() if token is not None else self.store.standalone() as tx:
             if token is not None:
                 await self._caller(tx, token, now, renew=True)
-            rows = await tx.directory_rows(where, after=cursor, limit=limit + 1)
+            rows = await tx.directory_rows(query.where(now), after=query.cursor, limit=limit + 1)
         shown = rows[:limit]
         return DirectoryPage(shown, now, shown[-1][0] if len(rows) > limit else None)
 
-    async def backlog(
-        self,
-        *,
-        include_expired: bool = False,
-        role: str | None = None,
-        repo: str | None = None,
-        cap: str | None = None,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> BacklogList:
+    async def backlog(self, query: DirectoryQuery = EVERY_LIVE_AGENT) -> BacklogList:
         """Unread counts per agent, a page of the directory at a time, for people watching the mesh. Read from the
         counters every agent record keeps (no message is touched), so it renews no lease and needs no token."""
         now = self._now()
-        limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
-        where = AgentFilter(live_at=None if include_expired else now, role=role, repo=repo, cap=cap)
+        limit = self._page_size(query.limit)
         async with self.store.standalone() as tx:
-            rows = await tx.list_agents(where, after=cursor, limit=limit + 1)
+            rows = await tx.list_agents(query.where(now), after=query.cursor, limit=limit + 1)
         shown = [Backlog(agent_id=a.agent_id, unread=a.last_seq - a.read_cursor) for a in rows[:limit]]
         return BacklogList(
             agents=shown,
             total=sum(b.unread for b in shown),
             next_cursor=shown[-1].agent_id if len(rows) > limit else None,
         )
+
+    def _page_size(self, asked: int | None) -> int:
+        return min(max(asked or self.limits.default_page, 1), self.limits.max_page)
 
     async def get_agent(self, agent_id: str, *, token: str | None = None) -> AgentView:
         """One agent (live or not, until swept); ``AgentNotFound`` when it never checked in."""

@@ -58,6 +58,21 @@ class AgentChanges:
     status: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DirectoryQuery:
+    """What a page of the directory (or of its backlog) asks for: the filters, expired agents or not, the page."""
+
+    repo: str | None = None
+    role: str | None = None
+    cap: str | None = None
+    include_expired: bool = False
+    limit: int | None = None
+    cursor: str | None = None
+
+    def where(self, now: datetime) -> AgentFilter:
+        return AgentFilter(live_at=None if self.include_expired else now, role=self.role, repo=self.repo, cap=self.cap)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentFilter:
     """Which agents a listing or a fan-out covers: all given fields must match; ``live_at`` None includes expired."""

@@ -48,6 +48,7 @@ from muster_mesh.models import (
     SendRequest,
     SendResult,
 )
+from muster_mesh.records import DirectoryQuery
 
 E = TypeVar("E", bound=MeshError)
 
@@ -117,7 +118,7 @@ async def preview_checkin_changes_nothing(make: MeshFactory) -> None:
         assert isinstance(preview, CheckinPreview) and preview.action == "create"
         assert preview.agent.ttl_seconds == 3600 and preview.agent.status == "s"
         assert preview.agent.expires_at == clock() + timedelta(seconds=3600)
-        assert (await mesh.list_agents(include_expired=True)).agents == []
+        assert (await mesh.list_agents(DirectoryQuery(include_expired=True))).agents == []
         token = await join(mesh, "builder", ttl_seconds=600, status="s")
         clock.advance(100)
         renewal = await mesh.checkin(CheckinRequest(agent_id="builder", status="t"), token=token)
@@ -234,7 +235,7 @@ async def expired_entries_leave_the_directory_and_cannot_receive(make: MeshFacto
         long = await join(mesh, "long", ttl_seconds=3600)
         clock.advance(61)
         assert ids(await mesh.list_agents()) == ["long"]
-        everyone = {a.agent_id: a for a in (await mesh.list_agents(include_expired=True)).agents}
+        everyone = {a.agent_id: a for a in (await mesh.list_agents(DirectoryQuery(include_expired=True))).agents}
         assert set(everyone) == {"short", "long"}
         assert not everyone["short"].alive and everyone["long"].alive
         assert not (await mesh.get_agent("short")).alive
@@ -284,16 +285,16 @@ async def list_filters_by_role_repo_cap_and_pages(make: MeshFactory) -> None:
         await join(mesh, "a", role="builder", repo="muster", caps=["merge"])
         await join(mesh, "b", role="reviewer", repo="muster", caps=["merge", "deploy"])
         await join(mesh, "c", role="reviewer", repo="other")
-        assert ids(await mesh.list_agents(role="reviewer")) == ["b", "c"]
-        assert ids(await mesh.list_agents(repo="muster")) == ["a", "b"]
-        assert ids(await mesh.list_agents(cap="deploy")) == ["b"]
-        assert ids(await mesh.list_agents(cap="merge", role="reviewer")) == ["b"]
+        assert ids(await mesh.list_agents(DirectoryQuery(role="reviewer"))) == ["b", "c"]
+        assert ids(await mesh.list_agents(DirectoryQuery(repo="muster"))) == ["a", "b"]
+        assert ids(await mesh.list_agents(DirectoryQuery(cap="deploy"))) == ["b"]
+        assert ids(await mesh.list_agents(DirectoryQuery(cap="merge", role="reviewer"))) == ["b"]
         for i in range(7):
             await join(mesh, f"p{i}")
         pages: list[str] = []
         cursor: str | None = None
         while True:
-            page = await mesh.list_agents(limit=4, cursor=cursor)
+            page = await mesh.list_agents(DirectoryQuery(limit=4, cursor=cursor))
             pages += ids(page)
             assert len(page.agents) <= 4
             if page.next_cursor is None:
@@ -682,4 +683,4 @@ async def sweeper_keeps_unread_and_drops_what_is_spent(make: MeshFactory) -> Non
         assert (await mesh.sweep()).total() == 0
         page = await mesh.read_inbox(token=bob, after=0)
         assert [m.body for m in page.messages] == ["unread"]
-        assert ids(await mesh.list_agents(include_expired=True)) == ["alice", "bob"]
+        assert ids(await mesh.list_agents(DirectoryQuery(include_expired=True))) == ["alice", "bob"]

@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from muster_api.mesh.routes import AUTH_ERRORS, Call, Caller
 from muster_api.web.etag import conditional
-from muster_mesh import BacklogList
+from muster_mesh import BacklogList, DirectoryQuery
 from muster_mesh.models import MAX_PAGE, AgentId, Label, Repo
 
 router = APIRouter(prefix="/mesh", tags=["mesh"])
@@ -36,6 +36,6 @@ async def backlog(
     cursor: Annotated[AgentId | None, Query(description="`next_cursor` of the previous page.")] = None,
 ) -> Response:
     page = await call.mesh.backlog(
-        include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
+        DirectoryQuery(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
     )
     return conditional(request, page.model_dump_json().encode())

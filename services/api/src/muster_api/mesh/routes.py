@@ -38,6 +38,7 @@ from muster_mesh import (
     CheckoutPreview,
     CheckoutRequest,
     CheckoutResult,
+    DirectoryQuery,
     InboxPage,
     InvalidRequest,
     InvalidToken,
@@ -187,9 +188,8 @@ async def list_agents(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
     cursor: Annotated[AgentId | None, Query(description="`next_cursor` of the previous page.")] = None,
 ) -> Response:
-    page = await call.mesh.directory(
-        token=call.token, include_expired=include_expired, role=role, repo=repo, cap=cap, limit=limit, cursor=cursor
-    )
+    query = DirectoryQuery(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
+    page = await call.mesh.directory(query, token=call.token)
     # The ages move with the clock: the tag covers the rest (the timestamps they are computed from included).
     return conditional(request, page.fingerprint(), page.json)
 
