@@ -54,9 +54,8 @@ async def main(turns: int) -> None:
     local, bwrap = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap"))
     print(f"turns: {turns} each, alternating")
     print(f"local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms")
-    print(
-        f"bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms); turn ratio: {bwrap / local:.2f}x (goal <= 1.1x)"
-    )
+    print(f"bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms)")
+    print(f"turn ratio for this near-empty turn: {bwrap / local:.2f}x (the 1.1x goal is for a CLI's turn)")
 
 
 if __name__ == "__main__":
