@@ -15,7 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from muster_dispatch import AgentInput, BwrapProvider, LocalProvider, claude_harness, cli_agent, dispatch
+from muster_dispatch import (
+    AgentInput,
+    BwrapProvider,
+    LocalProvider,
+    claude_harness,
+    cli_agent,
+    codex_harness,
+    dispatch,
+)
 from muster_dispatch.sandbox import SandboxProvider
 
 SCRIPT = """#!/bin/sh
@@ -32,6 +40,39 @@ async def turn(provider: SandboxProvider, agent: object, workspace: Path) -> flo
     return elapsed
 
 
+async def compare(agent: object, root: Path, turns: int, label: str, network: str = "none") -> None:
+    providers: dict[str, SandboxProvider] = {
+        "local": LocalProvider(root / "homes"),
+        "bwrap": BwrapProvider(root / "homes", network="open" if network == "open" else "none"),
+    }
+    times: dict[str, list[float]] = {name: [] for name in providers}
+    for provider in providers.values():  # warm-up: homes, configuration, page cache
+        await turn(provider, agent, root / "ws")
+    for _ in range(turns):
+        for name, provider in providers.items():
+            times[name].append(await turn(provider, agent, root / "ws"))
+    local, bwrap = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap"))
+    print(f"{label}: {turns} turns each, alternating")
+    print(f"  local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms")
+    print(f"  bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms); turn ratio: {bwrap / local:.2f}x")
+
+
+async def codex(turns: int) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the fakes live in the repository's tests
+    from muster_dispatch import ensure_cli
+    from tests.dispatch.cli.support import codex_agent
+    from tests.dispatch.fakes.openai import FakeOpenAI
+    from tests.dispatch.fakes.plans import Reply
+
+    fake = FakeOpenAI()
+    with fake.running(), tempfile.TemporaryDirectory(prefix="muster-bench-sandbox-") as scratch:
+        root = Path(scratch)
+        (root / "ws").mkdir()
+        fake.script.default = Reply(text="ok")
+        agent = codex_agent(Path(ensure_cli(codex_harness())), fake.url)
+        await compare(agent, root, turns, "real Codex turn (goal <= 1.1x)", network="open")
+
+
 async def main(turns: int) -> None:
     with tempfile.TemporaryDirectory(prefix="muster-bench-sandbox-") as scratch:
         root = Path(scratch)
@@ -40,22 +81,8 @@ async def main(turns: int) -> None:
         cli.write_text(SCRIPT, encoding="utf-8")
         cli.chmod(0o755)
         (root / "ws").mkdir()
-        agent = cli_agent(claude_harness(executable=cli))
-        providers: dict[str, SandboxProvider] = {
-            "local": LocalProvider(root / "homes"),
-            "bwrap": BwrapProvider(root / "homes"),
-        }
-        times: dict[str, list[float]] = {name: [] for name in providers}
-        for provider in providers.values():  # warm-up: homes, configuration, page cache
-            await turn(provider, agent, root / "ws")
-        for _ in range(turns):
-            for name, provider in providers.items():
-                times[name].append(await turn(provider, agent, root / "ws"))
-    local, bwrap = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap"))
-    print(f"turns: {turns} each, alternating")
-    print(f"local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms")
-    print(f"bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms)")
-    print(f"turn ratio for this near-empty turn: {bwrap / local:.2f}x (the 1.1x goal is for a CLI's turn)")
+        await compare(cli_agent(claude_harness(executable=cli)), root, turns, "near-empty fake CLI turn")
+    await codex(max(turns // 4, 5))
 
 
 if __name__ == "__main__":
