@@ -59,10 +59,11 @@ async def compare(agent: object, root: Path, turns: int, label: str, network: st
 
 async def codex(turns: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the fakes live in the repository's tests
-    from muster_dispatch import ensure_cli
     from tests.dispatch.cli.support import codex_agent
     from tests.dispatch.fakes.openai import FakeOpenAI
     from tests.dispatch.fakes.plans import Reply
+
+    from muster_dispatch import ensure_cli
 
     fake = FakeOpenAI()
     with fake.running(), tempfile.TemporaryDirectory(prefix="muster-bench-sandbox-") as scratch:
