@@ -11,6 +11,7 @@ from muster_dispatch.agents import (
     fallback_agent,
 )
 from muster_dispatch.bootstrap import CliStatus, cli_status, ensure_cli
+from muster_dispatch.bwrap_provider import BwrapProvider
 from muster_dispatch.conversations import ConversationStore, DirectoryConversationStore, MemoryConversationStore
 from muster_dispatch.decode import decode_events, decode_transcript
 from muster_dispatch.errors import ERROR_CODES, DispatchError, ReplayDivergence
@@ -25,6 +26,7 @@ from muster_dispatch.provider import LocalProvider, local_provider
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_agent
 from muster_dispatch.results import Attempt, TurnResult
 from muster_dispatch.runner import Dispatch, dispatch
+from muster_dispatch.sandbox import SandboxProvider
 from muster_dispatch.usage import Usage
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "AgentInput",
     "Attempt",
     "Bootstrap",
+    "BwrapProvider",
     "CliAgent",
     "CliStatus",
     "Command",
@@ -57,6 +60,7 @@ __all__ = [
     "RecordedTurn",
     "ReplayAgent",
     "ReplayDivergence",
+    "SandboxProvider",
     "TurnResult",
     "UnavailableFault",
     "Usage",

@@ -36,9 +36,20 @@ _BASE_NAMES = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "S
 
 @dataclass(frozen=True, slots=True)
 class Sandbox:
+    """A workspace and its private home, as the host sees them; ``agent_workspace``/``agent_home``: where the agent
+    sees them (the same paths unless a container mounts them elsewhere)."""
+
     id: str
     workspace: Path
     home: Path
+
+    @property
+    def agent_workspace(self) -> Path:
+        return self.workspace
+
+    @property
+    def agent_home(self) -> Path:
+        return self.home
 
     @property
     def tmp(self) -> str:
@@ -136,7 +147,7 @@ class LocalProvider:
         marker = secrets.token_hex(8)
         try:
             handle = await spawn(
-                [command.program, *command.args],
+                self.argv(command, sandbox),
                 cwd=sandbox.workspace,
                 env={**env, RUN_VARIABLE: marker},
                 stdin=command.stdin is not None,
@@ -152,6 +163,31 @@ class LocalProvider:
             if not command.keep_stdin:
                 handle.close_stdin()
         return handle
+
+    def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
+        """The command line that runs ``command`` in the sandbox (on the host: the command itself)."""
+        return [command.program, *command.args]
+
+    async def upload(self, sandbox: Sandbox, files: Mapping[str, bytes]) -> None:
+        """Write files into the private home (paths relative to it, never leaving it)."""
+        for rel, content in files.items():
+            target = _under(sandbox.home, rel)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+
+    async def download(self, sandbox: Sandbox, paths: list[str]) -> dict[str, bytes]:
+        """The files of the private home at ``paths`` that exist."""
+        found: dict[str, bytes] = {}
+        for rel in paths:
+            target = _under(sandbox.home, rel)
+            if target.is_file():
+                found[rel] = target.read_bytes()
+        return found
+
+    async def release(self) -> None:
+        """Forget the sandboxes (their homes stay on disk for a later warm resume)."""
+        self._sandboxes.clear()
+        self._configured.clear()
 
 
 def has_terminal() -> bool:

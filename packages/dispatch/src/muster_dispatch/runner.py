@@ -30,6 +30,7 @@ from muster_dispatch.process_run import ProcessRun
 from muster_dispatch.provider import LocalProvider, Sandbox
 from muster_dispatch.replay import RecordedTurn, ReplayAgent, replay_turn
 from muster_dispatch.results import TurnResult
+from muster_dispatch.sandbox import SandboxProvider
 from muster_dispatch.sessions import (
     capture_conversation,
     conversation_usage,
@@ -49,7 +50,7 @@ def dispatch(
     input: AgentInput,
     *,
     workspace: Path | str,
-    provider: LocalProvider | None = None,
+    provider: SandboxProvider | None = None,
     deadline: float | None = None,
     journal: JournalSink | None = None,
 ) -> Dispatch:
@@ -72,7 +73,7 @@ class Dispatch:
         input: AgentInput,
         *,
         workspace: Path,
-        provider: LocalProvider | None,
+        provider: SandboxProvider | None,
         deadline: float | None,
         journal: JournalSink | None,
     ) -> None:
@@ -82,7 +83,7 @@ class Dispatch:
         self.workspace = workspace
         self.deadline = deadline
         self.journal = journal
-        self._provider = provider
+        self._provider: SandboxProvider | None = provider
         self._queue: EventStream | None = None
         self._task: asyncio.Task[TurnResult] | None = None
         self._deadline_at: float | None = None
@@ -444,7 +445,7 @@ class Dispatch:
             warning = AgentEvent("warning", text=f"conversation capture failed: {exc}", code="session")
             self._emit(warning, agent, "harness")
 
-    def _environment(self, agent: CliAgent, provider: LocalProvider, sandbox: Sandbox) -> dict[str, str]:
+    def _environment(self, agent: CliAgent, provider: SandboxProvider, sandbox: Sandbox) -> dict[str, str]:
         harness = agent.harness
         dotenv = sandbox.variables()
         visible = {**provider.variables, **dotenv, **agent.variables}
