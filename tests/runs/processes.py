@@ -22,8 +22,11 @@ MUSTER = Path(sys.executable).with_name("muster")
 READY_WITHIN = 180.0
 
 
+KEPT = ("MUSTER_CLI_CACHE", "MUSTER_HOST_HOME")  # the cache of the pinned CLIs; the fake host home of the logins
+
+
 def process_env(db_url: str, config: Path, tmp_path: Path, name: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_") or k == "MUSTER_CLI_CACHE"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_") or k in KEPT}
     env.update(
         MUSTER_DATABASE_URL=db_url,
         MUSTER_CONFIG=str(config),
