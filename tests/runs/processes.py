@@ -50,11 +50,11 @@ def worker(env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes
 
 
 @contextmanager
-def api(env: Mapping[str, str], log: Path) -> Iterator[str]:
+def api(env: Mapping[str, str], log: Path, *, cwd: Path = ROOT) -> Iterator[str]:
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(MUSTER), "serve", "--port", str(port)], env=dict(env), cwd=ROOT, stdout=out, stderr=out
+            [str(MUSTER), "serve", "--port", str(port)], env=dict(env), cwd=cwd, stdout=out, stderr=out
         )
         url = f"http://127.0.0.1:{port}"
         try:
