@@ -151,12 +151,14 @@ class DispatchAgents:
                 members.append(built)
             return fallback_agent(members, on=entry.on, name=name)
         if isinstance(entry, CliEntry):
-            return cli_agent(_harness(entry), model=entry.model, variables=entry.variables, storage=storage, name=name)
+            return cli_agent(
+                harness_of(entry), model=entry.model, variables=entry.variables, storage=storage, name=name
+            )
         assert definition.fn is not None
         return custom_agent(definition.fn, name=name)
 
 
-def _harness(entry: CliEntry) -> Harness:
+def harness_of(entry: CliEntry) -> Harness:
     if entry.harness == "claude":
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
     return codex_harness()
@@ -166,7 +168,7 @@ def cli_state(definition: AgentDefinition) -> tuple[bool, str | None]:
     """(installed, version) of a CLI agent's pinned CLI, from the bootstrap's cache; custom agents need nothing."""
     entry = definition.entry
     if isinstance(entry, CliEntry):
-        status = cli_status(_harness(entry))
+        status = cli_status(harness_of(entry))
         return status.installed, status.version
     return definition.error is None and isinstance(entry, CustomEntry), None
 
@@ -177,7 +179,7 @@ def credential_state(definition: AgentDefinition, host_home: Path) -> str | None
     entry = definition.entry
     if not isinstance(entry, CliEntry):
         return None
-    return credential_source(_harness(entry).credentials(entry.variables), host_home)
+    return credential_source(harness_of(entry).credentials(entry.variables), host_home)
 
 
 def _problems(exc: ValidationError) -> str:
@@ -207,7 +209,7 @@ def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefi
         if isinstance(entry, CliEntry):
             variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
             entry = entry.model_copy(update={"variables": variables})
-            cli_agent(_harness(entry), model=entry.model, variables=variables)  # the package's own checks
+            cli_agent(harness_of(entry), model=entry.model, variables=variables)  # the package's own checks
         if isinstance(entry, CustomEntry):
             return AgentDefinition(name, entry.kind, entry, fn=_import(entry.entrypoint))
     except (AgentConfigError, DispatchError) as exc:
