@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.databases import PostgresServer, migrated_sqlite, sqlite_copy
+from tests.support.logins import HostHome, make_host_home
 
 # A suite started as a background job of a non-interactive shell (as CI runners often start it) has SIGINT ignored,
 # and every process it starts inherits that. The tests that press Ctrl-C in a `muster` process need it at its default,
@@ -21,6 +22,18 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def session_host_home(tmp_path_factory: pytest.TempPathFactory) -> HostHome:
+    return make_host_home(tmp_path_factory.mktemp("host-home"))
+
+
+@pytest.fixture(autouse=True)
+def host_home(session_host_home: HostHome, monkeypatch: pytest.MonkeyPatch) -> HostHome:
+    """Every test reads CLI logins from a fake host home, never from the home of whoever runs the suite."""
+    monkeypatch.setenv("MUSTER_HOST_HOME", str(session_host_home.path))
+    return session_host_home
 
 
 def _require(var: str) -> bool:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from muster_api.db.url import normalise_database_url, redact, sqlite_path
 from muster_api.errors import ConfigurationError
 from muster_api.settings import Settings
+from muster_dispatch.bootstrap import default_cache_dir
 
 
 @pytest.mark.parametrize(
@@ -29,13 +32,49 @@ def test_unsupported_urls_are_refused_by_name(bad: str) -> None:
         normalise_database_url(bad)
 
 
-def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("MUSTER_DATABASE_URL", "MUSTER_HOST", "MUSTER_PORT"):
+PATH_VARIABLES = ("MUSTER_DATABASE_URL", "MUSTER_CONFIG", "MUSTER_HOST_HOME", "MUSTER_WORKSPACES_ROOT")
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for var in ("MUSTER_HOST", "MUSTER_PORT", "MUSTER_DISPATCH_HOMES", *PATH_VARIABLES):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
     s = Settings()
-    assert s.database_url == "sqlite+aiosqlite:///./var/muster.db"
+    assert s.database_url == f"sqlite+aiosqlite:///{tmp_path}/var/muster.db"
     assert (s.host, s.port) == ("127.0.0.1", 8000)
-    assert sqlite_path(s.database_url) is not None
+    assert sqlite_path(s.database_url) == tmp_path / "var" / "muster.db"
+
+
+def test_every_path_setting_is_absolute_against_the_start_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for var in ("MUSTER_DISPATCH_HOMES", *PATH_VARIABLES):
+        monkeypatch.delenv(var, raising=False)
+    defaults = Settings()
+    assert defaults.dispatch.homes == tmp_path / "var" / "dispatch" / "homes"
+    assert defaults.dispatch.workspaces_root == tmp_path / "var" / "workspaces"
+    assert defaults.config == tmp_path / "muster.toml"
+    assert defaults.host_home == Path.home()
+    monkeypatch.setenv("MUSTER_DISPATCH_HOMES", "h")
+    monkeypatch.setenv("MUSTER_WORKSPACES_ROOT", "w")
+    monkeypatch.setenv("MUSTER_CONFIG", "conf/m.toml")
+    monkeypatch.setenv("MUSTER_HOST_HOME", "fake-home")
+    monkeypatch.setenv("MUSTER_DATABASE_URL", "sqlite:///db/m.db?mode=rwc")
+    named = Settings()
+    assert named.dispatch.homes == tmp_path / "h"
+    assert named.dispatch.workspaces_root == tmp_path / "w"
+    assert named.config == tmp_path / "conf" / "m.toml"
+    assert named.host_home == tmp_path / "fake-home"
+    assert named.database_url == f"sqlite+aiosqlite:///{tmp_path}/db/m.db?mode=rwc"
+    monkeypatch.chdir("/")  # read once: a later change of directory moves nothing
+    assert named.dispatch.homes == tmp_path / "h"
+
+
+def test_the_cli_cache_is_absolute(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUSTER_CLI_CACHE", "cache")
+    assert default_cache_dir() == tmp_path / "cache"
 
 
 def test_environment_prefix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,8 +22,11 @@ MUSTER = Path(sys.executable).with_name("muster")
 READY_WITHIN = 180.0
 
 
+KEPT = ("MUSTER_CLI_CACHE", "MUSTER_HOST_HOME")  # the cache of the pinned CLIs; the fake host home of the logins
+
+
 def process_env(db_url: str, config: Path, tmp_path: Path, name: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_") or k == "MUSTER_CLI_CACHE"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_") or k in KEPT}
     env.update(
         MUSTER_DATABASE_URL=db_url,
         MUSTER_CONFIG=str(config),
@@ -47,11 +50,11 @@ def worker(env: Mapping[str, str], log: Path) -> Iterator[subprocess.Popen[bytes
 
 
 @contextmanager
-def api(env: Mapping[str, str], log: Path) -> Iterator[str]:
+def api(env: Mapping[str, str], log: Path, *, cwd: Path = ROOT) -> Iterator[str]:
     port = free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(MUSTER), "serve", "--port", str(port)], env=dict(env), cwd=ROOT, stdout=out, stderr=out
+            [str(MUSTER), "serve", "--port", str(port)], env=dict(env), cwd=cwd, stdout=out, stderr=out
         )
         url = f"http://127.0.0.1:{port}"
         try:

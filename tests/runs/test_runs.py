@@ -62,9 +62,11 @@ async def test_agents_are_listed_with_their_errors(
     assert set(listed) == set(agents)
     assert listed["fast"] == {
         "name": "fast", "kind": "custom", "harness": None, "model": None, "agents": None,
-        "installed": True, "version": None, "error": None,
+        "installed": True, "version": None, "credentials": None, "builtin": False, "error": None,
     }  # fmt: skip
     assert listed["claude"]["harness"] == "claude" and listed["claude"]["error"] is None
+    assert listed["claude"]["credentials"] == "key variable ANTHROPIC_API_KEY"
+    assert listed["codex"]["credentials"] == "host login ~/.codex/auth.json"  # the suite's fake host home
     assert listed["claude"]["installed"] is True and listed["claude"]["version"]
     assert listed["codex"]["model"] == "gpt-5.5"
     assert listed["both"]["agents"] == ["claude", "codex"] and listed["both"]["error"] is None

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script, ToolCall
+from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script, ToolCall, credential_of
 from tests.dispatch.fakes.server import serve_in_thread
 
 SHELL_TOOL = "Bash"
@@ -237,7 +237,9 @@ class FakeAnthropic:
         except ValueError:
             body = raw.decode(errors="replace")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("x-api-key", "authorization")}
-        self.script.record(Recorded(request.method, request.url.path, headers, body, answered))
+        self.script.record(
+            Recorded(request.method, request.url.path, headers, body, answered, credential_of(request.headers))
+        )
         return body
 
     async def _messages(self, request: Request) -> Response:
@@ -253,7 +255,9 @@ class FakeAnthropic:
         else:
             plan, answered = self.script.next()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in ("x-api-key", "authorization")}
-        self.script.record(Recorded(request.method, request.url.path, headers, body, answered))
+        self.script.record(
+            Recorded(request.method, request.url.path, headers, body, answered, credential_of(request.headers))
+        )
         if isinstance(plan, Fail):
             return JSONResponse(plan.body, status_code=plan.status, headers=plan.headers)
         await run_in_threadpool(plan.wait_gate)

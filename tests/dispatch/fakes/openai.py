@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script, ToolCall
+from tests.dispatch.fakes.plans import Fail, Recorded, Reply, Script, ToolCall, credential_of
 from tests.dispatch.fakes.server import serve_in_thread
 
 MODEL = "gpt-5.5"
@@ -284,7 +284,11 @@ class FakeOpenAI:
     async def _responses(self, request: Request) -> Response:
         body = await self._body(request)
         plan, answered = self.script.next()
-        self.script.record(Recorded(request.method, request.url.path, self._headers(request), body, answered))
+        self.script.record(
+            Recorded(
+                request.method, request.url.path, self._headers(request), body, answered, credential_of(request.headers)
+            )
+        )
         if isinstance(plan, Fail):
             return JSONResponse(plan.body, status_code=plan.status, headers=plan.headers)
         reply = plan
@@ -297,12 +301,25 @@ class FakeOpenAI:
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
     async def _models(self, request: Request) -> Response:
-        self.script.record(Recorded(request.method, request.url.path, self._headers(request), None, "side"))
+        self.script.record(
+            Recorded(
+                request.method, request.url.path, self._headers(request), None, "side", credential_of(request.headers)
+            )
+        )
         return JSONResponse(
             {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 0, "owned_by": "openai"}]}
         )
 
     async def _unknown(self, request: Request) -> Response:
         body = await self._body(request)
-        self.script.record(Recorded(request.method, request.url.path, self._headers(request), body, "unknown"))
+        self.script.record(
+            Recorded(
+                request.method,
+                request.url.path,
+                self._headers(request),
+                body,
+                "unknown",
+                credential_of(request.headers),
+            )
+        )
         return JSONResponse(error_body("not_found", f"Not found: {request.url.path}"), status_code=404)

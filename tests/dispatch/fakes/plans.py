@@ -72,6 +72,15 @@ class Recorded:
     headers: dict[str, str]
     body: Any
     answered: str  # what the fake answered: "reply", "fail:<status>", "default", "side", "unknown"
+    # The credential the CLI presented (``Authorization``, else ``x-api-key``), kept apart from ``headers`` so that
+    # only a test that asks for it sees it.
+    credential: str | None = None
+
+
+def credential_of(headers: Any) -> str | None:
+    """The ``Authorization`` header of a request, else its ``x-api-key``."""
+    value = headers.get("authorization") or headers.get("x-api-key")
+    return str(value) if value else None
 
 
 class Script:

@@ -135,12 +135,23 @@ async def test_codex_configuration_writes_config_toml_and_codex_home(tmp_path: P
     assert command.args == ("exec", "--json", "--skip-git-repo-check", "--model", "gpt-5.5", "hi")
 
 
-async def test_codex_base_url_without_its_key_is_a_configuration_error(tmp_path: Path) -> None:
+async def test_codex_key_variable_named_but_undefined_is_a_configuration_error(tmp_path: Path) -> None:
+    harness = codex_harness(executable=make_cli(tmp_path, "pass"))
+    variables = {"MUSTER_CODEX_BASE_URL": "http://127.0.0.1:9/v1", "MUSTER_CODEX_ENV_KEY": "MY_KEY"}
+    result = await dispatch(cli_agent(harness, variables=variables), AgentInput("x"), workspace=tmp_path).result()
+    assert result.error is not None and result.error.code == "configuration"
+    assert "MY_KEY" in result.error.message
+
+
+async def test_codex_base_url_without_a_key_and_without_a_login_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MUSTER_HOST_HOME", str(tmp_path / "nobody"))
     harness = codex_harness(executable=make_cli(tmp_path, "pass"))
     agent = cli_agent(harness, variables={"MUSTER_CODEX_BASE_URL": "http://127.0.0.1:9/v1"})
     result = await dispatch(agent, AgentInput("x"), workspace=tmp_path).result()
     assert result.error is not None and result.error.code == "configuration"
-    assert "OPENAI_API_KEY" in result.error.message
+    assert "codex login" in result.error.message and "~/.codex/auth.json" in result.error.message
 
 
 # Starts a grandchild in the same process group that would outlive it, records both pids, then hangs.

@@ -225,6 +225,8 @@ class DispatchAgent(Answer):
     agents: list[str] | None = None
     installed: bool = False
     version: str | None = None
+    credentials: str | None = None  # where they come from ("key variable NAME", "host login ~/…"), never a secret
+    builtin: bool = False
     error: str | None = None
 
 

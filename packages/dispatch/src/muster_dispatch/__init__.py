@@ -20,6 +20,15 @@ from muster_dispatch.faults import QuotaFault, UnavailableFault, parse_reset, qu
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
+from muster_dispatch.host_login import (
+    CopiedLogin,
+    HostLogin,
+    LoginFile,
+    copy_login,
+    credential_source,
+    default_host_home,
+    write_back,
+)
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import Journal, JournalSink, Observation
 from muster_dispatch.provider import LocalProvider, local_provider
@@ -43,6 +52,7 @@ __all__ = [
     "Command",
     "Continuation",
     "ConversationStore",
+    "CopiedLogin",
     "CredentialPlan",
     "CustomAgent",
     "CustomContext",
@@ -51,9 +61,11 @@ __all__ = [
     "DispatchError",
     "FallbackAgent",
     "Harness",
+    "HostLogin",
     "Journal",
     "JournalSink",
     "LocalProvider",
+    "LoginFile",
     "MemoryConversationStore",
     "Observation",
     "QuotaFault",
@@ -68,9 +80,12 @@ __all__ = [
     "cli_agent",
     "cli_status",
     "codex_harness",
+    "copy_login",
+    "credential_source",
     "custom_agent",
     "decode_events",
     "decode_transcript",
+    "default_host_home",
     "dispatch",
     "ensure_cli",
     "fallback_agent",
@@ -79,4 +94,5 @@ __all__ = [
     "quota_fault",
     "replay_agent",
     "unavailable_fault",
+    "write_back",
 ]

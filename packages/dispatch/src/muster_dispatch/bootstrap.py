@@ -31,8 +31,10 @@ def known_harnesses() -> dict[str, Harness]:
 
 
 def default_cache_dir() -> Path:
+    """``$MUSTER_CLI_CACHE`` or ``~/.cache/muster/cli``, absolute (the CLI runs in its workspace)."""
     configured = os.environ.get("MUSTER_CLI_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "muster" / "cli"
+    path = Path(configured).expanduser() if configured else Path.home() / ".cache" / "muster" / "cli"
+    return path.absolute()
 
 
 def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -> Path:
@@ -55,7 +57,7 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
     spec = harness.bootstrap
     if spec is None:
         raise DispatchError("configuration", f"{harness.name}: no executable and no bootstrap pin")
-    prefix = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    prefix = Path(cache_dir).absolute() if cache_dir is not None else default_cache_dir()
     prefix = prefix / f"{harness.name}-{spec.version}"
     binary = prefix / "node_modules" / ".bin" / spec.binary
     if _verified.get(prefix) == binary and binary.exists():

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from muster_dispatch.events import AgentEvent
+from muster_dispatch.host_login import HostLogin
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.usage import Usage
 
@@ -28,9 +29,11 @@ class Command:
 
 @dataclass(frozen=True, slots=True)
 class CredentialPlan:
-    """How an agent authenticates in a sandbox, decided without disk access."""
+    """How an agent authenticates in a sandbox, decided without disk access: key variables, or (``host_login``) the
+    user's own login copied from the host home into the private home for each turn."""
 
     variables: Mapping[str, str] = field(default_factory=dict)
+    host_login: HostLogin | None = None
     host_files: Mapping[str, str] = field(default_factory=dict)  # host path -> path relative to the private home
     generated: Mapping[str, str] = field(default_factory=dict)  # path relative to the home -> content
     login: tuple[tuple[str, ...], ...] = ()

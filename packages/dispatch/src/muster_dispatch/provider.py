@@ -25,6 +25,7 @@ from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import AgentConfiguration, Command
+from muster_dispatch.host_login import default_host_home
 from muster_dispatch.local_process import LocalProcess, spawn
 from muster_dispatch.processes import RUN_VARIABLE
 
@@ -69,9 +70,14 @@ class Sandbox:
 class LocalProvider:
     kind = "local"
 
-    def __init__(self, root: Path | str, *, variables: Mapping[str, str] | None = None) -> None:
-        self.root = Path(root)
+    def __init__(
+        self, root: Path | str, *, variables: Mapping[str, str] | None = None, host_home: Path | str | None = None
+    ) -> None:
+        # Absolute once: a CLI runs in the workspace, where a relative home would point elsewhere.
+        self.root = Path(root).absolute()
         self.variables: dict[str, str] = dict(variables or {})
+        # Where the user's own CLI logins are read from (``host_login``).
+        self.host_home = Path(host_home).absolute() if host_home is not None else default_host_home()
         self._configured: dict[tuple[str, str], AgentConfiguration] = {}
         self._sandboxes: dict[str, Sandbox] = {}
 
@@ -200,8 +206,10 @@ def has_terminal() -> bool:
     return True
 
 
-def local_provider(root: Path | str, *, variables: Mapping[str, str] | None = None) -> LocalProvider:
-    return LocalProvider(root, variables=variables)
+def local_provider(
+    root: Path | str, *, variables: Mapping[str, str] | None = None, host_home: Path | str | None = None
+) -> LocalProvider:
+    return LocalProvider(root, variables=variables, host_home=host_home)
 
 
 def _under(home: Path, rel: str) -> Path:

@@ -23,6 +23,7 @@ from muster_dispatch.event_stream import EventStream
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
 from muster_dispatch.harness import Command, Harness
+from muster_dispatch.host_login import CopiedLogin, copy_login, write_back
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import JournalSink
 from muster_dispatch.live import live_input
@@ -96,6 +97,7 @@ class Dispatch:
         self._running: DispatchAgent = agent  # the candidate running now (a fallback's current one)
         self._replay_turn: RecordedTurn | None = None
         self._replay_steered = 0
+        self._login: CopiedLogin | None = None  # the host login copied for the CLI turn running now
 
     # ------------------------------------------------------------------ public surface
 
@@ -355,6 +357,18 @@ class Dispatch:
             return _failed(exc)
         except OSError as exc:  # the private home or the session files could not be prepared
             return _failed(DispatchError("provider", f"cannot prepare the sandbox: {exc.strerror or exc}", cause=exc))
+        try:
+            return await self._run_turn(agent, input, sandbox, env, executable)
+        finally:
+            if self._login is not None:
+                # A login the CLI refreshed during the turn goes back to the host (only if the host's is unchanged).
+                with contextlib.suppress(OSError):
+                    write_back(self._login)
+                self._login = None
+
+    async def _run_turn(
+        self, agent: CliAgent, input: AgentInput, sandbox: Sandbox, env: dict[str, str], executable: str
+    ) -> TurnResult:
         harness = agent.harness
         signals = Signals(harness.quota, harness.unavailable, harness.requires_finished_event)
         usage: Usage | None = None
@@ -449,9 +463,11 @@ class Dispatch:
         harness = agent.harness
         dotenv = sandbox.variables()
         visible = {**provider.variables, **dotenv, **agent.variables}
-        harness.credentials(visible)  # validates; a local provider passes the variables themselves
+        plan = harness.credentials(visible)  # a local provider passes the key variables themselves
         configuration = harness.configuration(visible)
         provider.configure(sandbox, harness.name, configuration)
+        if plan.host_login is not None:  # the user's own login, copied fresh for this turn
+            self._login = copy_login(plan.host_login, sandbox.home, provider.host_home)
         return provider.environment(
             sandbox, harness={**harness.environment, **configuration.env}, agent=agent.variables, dotenv=dotenv
         )

@@ -15,12 +15,17 @@ from muster_a2a import AgentConfigError, ParsedAgents, parse_agents_config
 DEFAULT_CONFIG = Path("muster.toml")
 
 
+def is_default(path: Path) -> bool:
+    """Whether ``path`` is the default config file (settings make it absolute against the start directory)."""
+    return path in (DEFAULT_CONFIG, DEFAULT_CONFIG.absolute())
+
+
 async def read_config(path: Path) -> dict[str, Any]:
     """The parsed file. A missing default file means no agents; a missing named file or a broken one is an
     ``AgentConfigError`` that names the file and the problem."""
     file = anyio.Path(path)
     if not await file.exists():
-        if path == DEFAULT_CONFIG:
+        if is_default(path):
             return {}
         raise AgentConfigError(f"config file {path} does not exist (set by MUSTER_CONFIG)")
     try:

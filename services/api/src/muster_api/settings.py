@@ -11,11 +11,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field, SecretStr, field_validator
+from pydantic import AfterValidator, AliasChoices, BeforeValidator, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from muster_a2a import DEFAULT_LEASE
-from muster_api.db.url import DEFAULT_DATABASE_URL, normalise_database_url
+from muster_api.db.url import DEFAULT_DATABASE_URL, absolute_sqlite_url, normalise_database_url
 from muster_mesh import MAX_WAIT_SECONDS, MeshLimits
 
 LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
@@ -23,6 +23,15 @@ LogLevel = Literal["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"]
 
 def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
+
+
+def absolute(path: Path) -> Path:
+    """A path setting made absolute once, when settings are read, against the directory the process started in: a
+    CLI runs in its workspace, where a relative home or cache would point somewhere else."""
+    return path.expanduser().absolute()
+
+
+AbsolutePath = Annotated[Path, AfterValidator(absolute)]
 
 
 class MeshSettings(BaseSettings):
@@ -85,9 +94,11 @@ class DispatchSettings(BaseSettings):
     # How long a run stays held without a renewal before another process calls it interrupted.
     lease_seconds: float = Field(default=30.0, gt=0, le=3600)
     # Private homes of the CLIs (one per workspace): warm resumes find their sessions here.
-    homes: Path = Path("var/dispatch/homes")
-    workspaces_root: Path = Field(
-        default=Path("var/workspaces"), validation_alias=AliasChoices("MUSTER_WORKSPACES_ROOT", "workspaces_root")
+    homes: AbsolutePath = Field(default=Path("var/dispatch/homes"), validate_default=True)
+    workspaces_root: AbsolutePath = Field(
+        default=Path("var/workspaces"),
+        validation_alias=AliasChoices("MUSTER_WORKSPACES_ROOT", "workspaces_root"),
+        validate_default=True,
     )
 
     @property
@@ -99,7 +110,7 @@ class DispatchSettings(BaseSettings):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MUSTER_", extra="forbid", frozen=True)
 
-    database_url: str = DEFAULT_DATABASE_URL
+    database_url: str = Field(default=DEFAULT_DATABASE_URL, validate_default=True)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     migrate_on_startup: bool = True
@@ -111,7 +122,9 @@ class Settings(BaseSettings):
     # Serving beyond loopback without api_keys exposes every agent's identity to the network: `muster serve` refuses
     # it unless this says the operator means it (a trusted network, or a proxy that authenticates).
     allow_open_bind: bool = False
-    config: Path = Path("muster.toml")
+    config: AbsolutePath = Field(default=Path("muster.toml"), validate_default=True)
+    # Where the users' own CLI logins are read from (``~/.claude``, ``~/.codex``); tests point it at a fake home.
+    host_home: AbsolutePath = Field(default_factory=Path.home, validate_default=True)
     mesh: MeshSettings = Field(default_factory=MeshSettings)
     a2a: A2ASettings = Field(default_factory=A2ASettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
@@ -130,4 +143,4 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _normalise(cls, value: str) -> str:
-        return normalise_database_url(value)
+        return absolute_sqlite_url(normalise_database_url(value))

@@ -13,6 +13,7 @@ from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_from_epoch
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.host_login import HostLogin, LoginFile
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage, counter, usage
@@ -267,8 +268,23 @@ def unavailable(text: str) -> bool:
     return not _TRANSIENT.search(text) and _UNAVAILABLE.search(text) is not None
 
 
+# The keys of ~/.claude.json that make the CLI consider itself logged in; the rest of that file (projects, history,
+# MCP servers) never leaves the host.
+ACCOUNT_KEYS = ("oauthAccount", "userID", "hasCompletedOnboarding", "primaryApiKey", "customApiKeyResponses")
+
+HOST_LOGIN = HostLogin(
+    files=(
+        LoginFile(".claude/.credentials.json", ".claude/.credentials.json"),
+        LoginFile(".claude.json", ".claude.json", required=False, keys=ACCOUNT_KEYS),
+    ),
+    fix=f"run `claude`, then /login, on this machine, or give the agent one of {', '.join(CREDENTIAL_VARIABLES)}",
+)
+
+
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:
-    return CredentialPlan(variables={k: v for k, v in variables.items() if k in CREDENTIAL_VARIABLES})
+    """A key variable when the agent has one; else the user's own login (``claude`` then ``/login``)."""
+    keys = {k: v for k, v in variables.items() if k in CREDENTIAL_VARIABLES}
+    return CredentialPlan(variables=keys) if keys else CredentialPlan(host_login=HOST_LOGIN)
 
 
 # Skip the first-run onboarding in a fresh private home; nothing here refers to a variable, so it is encoded once

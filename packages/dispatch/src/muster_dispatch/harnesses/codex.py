@@ -3,9 +3,10 @@
 Custom model servers are configured through a ``config.toml`` in the private ``CODEX_HOME`` (``<home>/.codex``),
 written from the agent variables (see ``configuration``):
 
-- ``MUSTER_CODEX_BASE_URL`` (e.g. ``http://127.0.0.1:PORT/v1``): defines the model provider ``muster``
-  (``wire_api = "responses"``, ``supports_websockets = false``) and selects it;
-- ``MUSTER_CODEX_ENV_KEY`` (default ``OPENAI_API_KEY``): the variable holding the key; it must be defined;
+- ``MUSTER_CODEX_BASE_URL`` (or ``OPENAI_BASE_URL``; e.g. ``http://127.0.0.1:PORT/v1``): defines the model
+  provider ``muster`` (``wire_api = "responses"``, ``supports_websockets = false``) and selects it;
+- ``MUSTER_CODEX_ENV_KEY`` (default ``OPENAI_API_KEY``): the variable holding the key; when it is not defined the
+  provider uses the user's login (``auth.json``, see ``credentials``);
 - ``MUSTER_CODEX_MAX_RETRIES`` (default 1): ``request_max_retries`` and ``stream_max_retries``;
 - ``MUSTER_CODEX_IDLE_TIMEOUT_MS`` (default 30000): ``stream_idle_timeout_ms``;
 - ``MUSTER_CODEX_SANDBOX`` (optional): ``sandbox_mode`` (read-only | workspace-write | danger-full-access).
@@ -33,6 +34,7 @@ from muster_dispatch.harnesses.codex_common import (
     usage_from_counts,
 )
 from muster_dispatch.harnesses.codex_live import app_server_driver, decode_app_server
+from muster_dispatch.host_login import HostLogin, LoginFile
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import parse
 from muster_dispatch.jsonline import text_or_none as _s
@@ -213,9 +215,17 @@ def _usage(native: Any) -> Usage:
     )
 
 
+HOST_LOGIN = HostLogin(
+    files=(LoginFile(".codex/auth.json", ".codex/auth.json"),),
+    fix=f"run `codex login` on this machine, or give the agent one of {', '.join(CREDENTIAL_VARIABLES)}",
+)
+
+
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:
+    """A key variable when the agent has one; else the user's own login (``codex login``: ChatGPT or a stored key)."""
     wanted = {*CREDENTIAL_VARIABLES, variables.get("MUSTER_CODEX_ENV_KEY", "OPENAI_API_KEY")}
-    return CredentialPlan(variables={k: v for k, v in variables.items() if k in wanted})
+    keys = {k: v for k, v in variables.items() if k in wanted}
+    return CredentialPlan(variables=keys) if keys else CredentialPlan(host_login=HOST_LOGIN)
 
 
 def _toml(value: str) -> str:
@@ -229,15 +239,17 @@ def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
         if sandbox not in ("read-only", "workspace-write", "danger-full-access"):
             raise DispatchError("configuration", f"MUSTER_CODEX_SANDBOX: unknown sandbox mode {sandbox!r}")
         lines.append(f"sandbox_mode = {_toml(sandbox)}")
-    base_url = variables.get("MUSTER_CODEX_BASE_URL")
+    base_url = variables.get("MUSTER_CODEX_BASE_URL") or variables.get("OPENAI_BASE_URL")
     if base_url:
         env_key = variables.get("MUSTER_CODEX_ENV_KEY", "OPENAI_API_KEY")
-        if env_key not in variables:
+        if "MUSTER_CODEX_ENV_KEY" in variables and env_key not in variables:
             raise DispatchError(
                 "configuration",
-                f"MUSTER_CODEX_BASE_URL needs the key variable {env_key} (MUSTER_CODEX_ENV_KEY) to be defined",
+                f"MUSTER_CODEX_ENV_KEY names {env_key}, which is not defined",
                 {"field": env_key},
             )
+        # Without a key variable the provider takes the user's login (auth.json, copied from the host).
+        auth = f"env_key = {_toml(env_key)}" if env_key in variables else "requires_openai_auth = true"
         retries = _number(variables, "MUSTER_CODEX_MAX_RETRIES", "1")
         idle = _number(variables, "MUSTER_CODEX_IDLE_TIMEOUT_MS", "30000")
         lines.insert(0, 'model_provider = "muster"')
@@ -247,7 +259,7 @@ def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
             'name = "muster"',
             f"base_url = {_toml(base_url)}",
             'wire_api = "responses"',
-            f"env_key = {_toml(env_key)}",
+            auth,
             f"request_max_retries = {retries}",
             f"stream_max_retries = {retries}",
             f"stream_idle_timeout_ms = {idle}",

@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from muster_api.commands import dispatch_commands
 
     dispatch_commands.register(sub)
+    from muster_api.commands import doctor
+
+    doctor.register(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

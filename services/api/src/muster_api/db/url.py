@@ -47,6 +47,18 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path)
 
 
+def absolute_sqlite_url(url: str) -> str:
+    """A SQLite URL whose file is relative made absolute against the current directory (other URLs unchanged)."""
+    if not is_sqlite(url):
+        return url
+    path = sqlite_path(url)
+    if path is None or path.is_absolute():
+        return url
+    scheme = url.partition("://")[0]
+    query = url.partition("?")[2]
+    return f"{scheme}:///{path.absolute()}" + (f"?{query}" if query else "")
+
+
 def redact(url: str) -> str:
     """The URL with any password replaced, for logs."""
     scheme, _, rest = url.partition("://")

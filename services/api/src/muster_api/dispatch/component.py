@@ -44,7 +44,9 @@ def run_store(engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | Non
 class DispatchState:
     """What ``app.state.dispatch`` holds, and what every worker of this process shares."""
 
-    def __init__(self, runtime: Runtime, settings: DispatchSettings, config: Path) -> None:
+    def __init__(
+        self, runtime: Runtime, settings: DispatchSettings, config: Path, host_home: Path | None = None
+    ) -> None:
         self.runtime = runtime
         self.settings = settings
         self.config = config
@@ -53,7 +55,8 @@ class DispatchState:
         self.notifier = RunNotifier(runtime.engine, runtime.dialect)
         self.store = run_store(runtime.engine, self.notifier, runtime.dialect)
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
-        self.provider = local_provider(settings.homes)
+        self.host_home = host_home or runtime.settings.host_home
+        self.provider = local_provider(settings.homes, host_home=self.host_home)
         self.agents = DispatchAgents()
         self._reload_lock = anyio.Lock()
 

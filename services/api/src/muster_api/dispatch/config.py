@@ -1,17 +1,21 @@
 """The ``dispatch_agents`` block of the config file (``MUSTER_CONFIG``, shared with the A2A ``agents`` block).
 
-NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` | ``{kind = "fallback", agents, on}`` |
-``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in variables is expanded as in the agents
-block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are unaffected.
-Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the agent is then served over A2A too.
+With no block, the built-in agents: ``claude``, ``codex`` and ``fallback`` (see ``builtin_agents``); a block
+replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` |
+``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in
+variables is expanded as in the agents block. A wrong entry is isolated: it stays listed with its ``error`` and
+cannot run; the others are unaffected. Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the
+agent is then served over A2A too.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
@@ -25,6 +29,7 @@ from muster_dispatch import (
     cli_agent,
     cli_status,
     codex_harness,
+    credential_source,
     custom_agent,
     fallback_agent,
 )
@@ -102,6 +107,7 @@ class AgentDefinition:
     entry: CliEntry | FallbackEntry | CustomEntry | None = None
     error: str | None = None
     fn: CustomFn | None = None
+    builtin: bool = False  # offered because the config file declares no dispatch agent
 
     @property
     def harness(self) -> str | None:
@@ -145,12 +151,14 @@ class DispatchAgents:
                 members.append(built)
             return fallback_agent(members, on=entry.on, name=name)
         if isinstance(entry, CliEntry):
-            return cli_agent(_harness(entry), model=entry.model, variables=entry.variables, storage=storage, name=name)
+            return cli_agent(
+                harness_of(entry), model=entry.model, variables=entry.variables, storage=storage, name=name
+            )
         assert definition.fn is not None
         return custom_agent(definition.fn, name=name)
 
 
-def _harness(entry: CliEntry) -> Harness:
+def harness_of(entry: CliEntry) -> Harness:
     if entry.harness == "claude":
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
     return codex_harness()
@@ -160,9 +168,18 @@ def cli_state(definition: AgentDefinition) -> tuple[bool, str | None]:
     """(installed, version) of a CLI agent's pinned CLI, from the bootstrap's cache; custom agents need nothing."""
     entry = definition.entry
     if isinstance(entry, CliEntry):
-        status = cli_status(_harness(entry))
+        status = cli_status(harness_of(entry))
         return status.installed, status.version
     return definition.error is None and isinstance(entry, CustomEntry), None
+
+
+def credential_state(definition: AgentDefinition, host_home: Path) -> str | None:
+    """Where a CLI agent's credentials come from (a key variable's name, or the host login file), None when it has
+    none; never the secret. Custom and fallback agents: None."""
+    entry = definition.entry
+    if not isinstance(entry, CliEntry):
+        return None
+    return credential_source(harness_of(entry).credentials(entry.variables), host_home)
 
 
 def _problems(exc: ValidationError) -> str:
@@ -192,7 +209,7 @@ def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefi
         if isinstance(entry, CliEntry):
             variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
             entry = entry.model_copy(update={"variables": variables})
-            cli_agent(_harness(entry), model=entry.model, variables=variables)  # the package's own checks
+            cli_agent(harness_of(entry), model=entry.model, variables=variables)  # the package's own checks
         if isinstance(entry, CustomEntry):
             return AgentDefinition(name, entry.kind, entry, fn=_import(entry.entrypoint))
     except (AgentConfigError, DispatchError) as exc:
@@ -219,14 +236,38 @@ def _check_members(definitions: dict[str, AgentDefinition]) -> None:
             if error is not None:
                 break
         if error is not None:
-            definitions[name] = AgentDefinition(name, definition.kind, entry, error=error)
+            definitions[name] = replace(definition, error=error)
+
+
+# The variables a built-in agent takes from the service's own environment: a key exported in the shell that runs
+# `muster serve`, or a model server to use instead of the vendor's. Without a key the agent uses the user's login.
+BUILTIN_VARIABLES = {
+    "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"),
+    "codex": ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL"),
+}
+BUILTIN_FALLBACK = "fallback"
+
+
+def builtin_agents(env: Mapping[str, str]) -> DispatchAgents:
+    """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex`` (the pinned
+    CLI, its own default model, the user's login or key) and ``fallback`` = claude, then codex."""
+    definitions: dict[str, AgentDefinition] = {}
+    for harness, names in BUILTIN_VARIABLES.items():
+        variables = {name: f"${{{name}}}" for name in names if env.get(name)}
+        raw = {"kind": "cli", "harness": harness, "variables": variables}
+        definitions[harness] = replace(_definition(harness, raw, env), builtin=True)
+    fallback = {"kind": "fallback", "agents": list(BUILTIN_VARIABLES)}
+    definitions[BUILTIN_FALLBACK] = replace(_definition(BUILTIN_FALLBACK, fallback, env), builtin=True)
+    _check_members(definitions)
+    return DispatchAgents(definitions)
 
 
 def parse_dispatch_agents(config: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> DispatchAgents:
-    """The block of a parsed config file. No block: no agents. A block that is not a table: ``AgentConfigError``."""
+    """The block of a parsed config file. No block: the built-in agents (``builtin_agents``); a block, even an empty
+    one, replaces them whole. A block that is not a table: ``AgentConfigError``."""
     block = config.get(BLOCK)
     if block is None:
-        return DispatchAgents()
+        return builtin_agents(os.environ if env is None else env)
     if not isinstance(block, Mapping):
         raise AgentConfigError(f"{BLOCK!r} must be a table of NAME → {{kind = …}}")
     definitions: dict[str, AgentDefinition] = {}

@@ -117,6 +117,10 @@ class AgentOut(BaseModel):
     agents: list[str] | None = None
     installed: bool
     version: str | None = None
+    # Where its credentials come from: "key variable NAME" or "host login ~/…"; None when none was found. Never the
+    # secret itself.
+    credentials: str | None = None
+    builtin: bool = False
     error: str | None = None
 
 

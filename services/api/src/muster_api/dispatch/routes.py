@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from muster_api.dispatch.component import DispatchState
-from muster_api.dispatch.config import cli_state
+from muster_api.dispatch.config import cli_state, credential_state
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
 from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
@@ -49,6 +49,8 @@ def agents_out(state: DispatchState) -> AgentsOut:
                 agents=definition.members,
                 installed=installed,
                 version=version,
+                credentials=credential_state(definition, state.host_home),
+                builtin=definition.builtin,
                 error=definition.error,
             )
         )

@@ -1,0 +1,85 @@
+"""`muster doctor` as a person runs it: each failure is one wrong row with the line that fixes it, and the exit code
+says whether anything is wrong. The real command, the real pinned CLIs' cache, real databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from muster_dispatch.bootstrap import default_cache_dir
+from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, make_host_home
+from tests.support.net import free_port
+
+MUSTER = Path(sys.executable).with_name("muster")
+
+
+def doctor(tmp_path: Path, db_url: str, *, config: str = "", **env: str) -> tuple[int, dict[str, Any], str]:
+    (tmp_path / "muster.toml").write_text(config)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+    base.update(
+        MUSTER_DATABASE_URL=db_url,
+        MUSTER_CLI_CACHE=str(default_cache_dir()),
+        MUSTER_HOST_HOME=str(make_host_home(tmp_path / "home").path),
+    )
+    base.update(env)
+    done = subprocess.run(
+        [str(MUSTER), "doctor", "--json"], cwd=tmp_path, env=base, capture_output=True, text=True, timeout=120
+    )
+    table = subprocess.run([str(MUSTER), "doctor"], cwd=tmp_path, env=base, capture_output=True, text=True, timeout=120)
+    return done.returncode, json.loads(done.stdout), table.stdout + table.stderr
+
+
+def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["check"]: row for row in report["rows"]}
+
+
+def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path, db_url: str) -> None:
+    code, report, table = doctor(tmp_path, db_url)
+    assert code == 0 and report["ok"], report
+    found = rows(report)
+    assert found["database"]["ok"] and "migrated" in found["database"]["detail"]
+    assert found["dispatch claude credentials"]["detail"] == "host login ~/.claude/.credentials.json"
+    assert found["dispatch codex cli"]["ok"] and "0.169.0" in found["dispatch codex cli"]["detail"]
+    assert {"path config", "path workspaces root", "path dispatch homes", "path cli cache"} <= set(found)
+    assert CLAUDE_TOKEN not in table + json.dumps(report) and CODEX_TOKEN not in table
+
+
+def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_path: Path, db_url: str) -> None:
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    code, report, table = doctor(tmp_path, db_url, MUSTER_CLI_CACHE=str(empty), MUSTER_HOST_HOME=str(empty))
+    assert code == 1 and not report["ok"]
+    found = rows(report)
+    assert not found["dispatch claude cli"]["ok"] and found["dispatch claude cli"]["fix"] == "muster install claude"
+    assert "/login" in found["dispatch claude credentials"]["fix"]
+    assert "codex login" in found["dispatch codex credentials"]["fix"]
+    assert "BAD" in table and "fix: muster install codex" in table
+
+
+def test_a_key_variable_is_named_as_the_credential_source(tmp_path: Path, db_url: str) -> None:
+    config = '[dispatch_agents.k]\nkind = "cli"\nharness = "claude"\nvariables = { ANTHROPIC_API_KEY = "sk-hidden" }\n'
+    _, report, table = doctor(tmp_path, db_url, config=config)
+    assert rows(report)["dispatch k credentials"]["detail"] == "key variable ANTHROPIC_API_KEY"
+    assert "sk-hidden" not in table + json.dumps(report)
+    assert "dispatch claude cli" not in rows(report), "a declared agent replaces the built-ins"
+
+
+def test_an_unreachable_database_is_one_wrong_row(tmp_path: Path) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{free_port()}/nowhere"
+    code, report, _ = doctor(tmp_path, url)
+    assert code == 1
+    database = rows(report)["database"]
+    assert not database["ok"] and database["fix"]
+
+
+def test_a_bad_a2a_card_is_one_wrong_row(tmp_path: Path, db_url: str) -> None:
+    config = f'[agents.research]\ncard = "http://127.0.0.1:{free_port()}"\n'
+    code, report, _ = doctor(tmp_path, db_url, config=config)
+    assert code == 1
+    research = rows(report)["a2a research"]
+    assert not research["ok"] and "agents.research" in research["fix"]
+    assert rows(report)["database"]["ok"]
