@@ -38,8 +38,9 @@ class BwrapProvider(LocalProvider):
         network: Network = "none",
         read_only: Sequence[Path | str] = (),
         executable: str = "bwrap",
+        host_home: Path | str | None = None,
     ) -> None:
-        super().__init__(root, variables=variables)
+        super().__init__(root, variables=variables, host_home=host_home)
         self.network = network
         self.read_only = tuple(Path(p) for p in read_only)
         self.executable = executable

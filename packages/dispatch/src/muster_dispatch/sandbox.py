@@ -21,6 +21,8 @@ from muster_dispatch.provider import Sandbox
 class SandboxProvider(Protocol):
     kind: str
     variables: dict[str, str]
+    # Where the user's own CLI logins are read from on the host, to be copied into a sandbox's private home.
+    host_home: Path
 
     def sandbox(self, workspace: Path) -> Sandbox: ...
 
