@@ -13,7 +13,8 @@ OVERLAPPING = [
     ("*.sql", "migrations/x.sql"),  # no slash: any depth
     ("a*", "*b"),  # "ab" matches both, though neither matches the other's text
     ("src/[ab].py", "src/[!a].py"),  # b.py
-    ("docs", "docs/x/y.md"),  # a plain name covers what is under it
+    ("docs/", "docs/x/y.md"),  # a directory pattern covers what is under it
+    ("src/store", "src/store/x.py"),  # so does an anchored plain name
     ("build/", "build/out/x.o"),  # a directory pattern vs a file in it
     ("**", "x"),
     ("a/?", "a/b"),
@@ -29,6 +30,7 @@ DISJOINT = [
     ("src/*.py", "lib/a.py"),
     ("a/?", "a/bc"),
     ("lib/**", "src/a.py"),
+    ("README.md", "src/**/*.py"),  # a bare name is a file name at any depth, not a directory
 ]
 
 
@@ -75,7 +77,9 @@ def test_good_patterns_pass(pattern: str) -> None:
         ("src/*.py", "src/a/b.py", False),
         ("*.sql", "db/x.sql", True),
         ("*.sql", "b.sql/x", False),
-        ("docs", "docs/a/b.md", True),
+        ("docs/", "docs/a/b.md", True),
+        ("src/store", "src/store/a.py", True),
+        ("README.md", "README.md/x", False),
         ("src/store/**", "src/store/x/y", True),
         ("README.md", "README.md", True),
         ("README.md", "README.mdx", False),
@@ -89,7 +93,16 @@ def test_concrete_paths(pattern: str, path: str, hit: bool) -> None:
 def test_every_overlap_case_has_a_witness_path_or_none() -> None:
     """The overlap rule agrees with the matcher on witnesses: for each overlapping pair, some path named in the
     cases matches both; for each disjoint pair, none of them does."""
-    witnesses = ["src/store/a.py", "src/a.py", "src/b.py", "migrations/x.sql", "ab", "docs/x/y.md", "build/out/x.o"]
+    witnesses = [
+        "src/store/a.py",
+        "src/a.py",
+        "src/b.py",
+        "migrations/x.sql",
+        "ab",
+        "docs/x/y.md",
+        "build/out/x.o",
+        "src/store/x.py",
+    ]
     witnesses += ["x", "a/b", "src/x.py", "src/a/x.py", "src/a/b.py", "lib/a.py", "a/bc", "src/c.py", "src/test_a.py"]
     for a, b in DISJOINT:
         assert not [w for w in witnesses if matches(a, w) and matches(b, w)], (a, b)

@@ -63,13 +63,15 @@ def _spec(pattern: str) -> pathspec.PathSpec[Any]:
 
 
 def covers_below(pattern: str) -> bool:
-    """Whether the pattern also covers everything under what it names: a directory pattern (``build/``), one whose
-    last segment is a plain name (``docs``, ``src/store``) or ``**``. ``*.sql`` covers the files it matches, not the
-    contents of a directory that happens to be named ``x.sql``."""
+    """Whether the pattern also covers everything under what it names: a directory pattern (``build/``), one ending
+    in ``**``, or an anchored one (a slash before its end) whose last segment is a plain name (``src/store``). A bare
+    name (``README.md``, ``Makefile``) means files of that name at any depth, not a directory: otherwise it would
+    overlap every claim on a directory it could sit in (write ``docs/`` for a directory). A wildcard name (``*.sql``)
+    covers the files it matches, not the contents of a directory that happens to be called ``x.sql``."""
     if pattern.endswith("/"):
         return True
-    last = pattern.rsplit("/", 1)[-1]
-    return last == GLOBSTAR or not any(ch in last for ch in "*?[")
+    head, _, last = pattern.rpartition("/")
+    return last == GLOBSTAR or (bool(head) and not any(ch in last for ch in "*?["))
 
 
 def matches(pattern: str, path: str) -> bool:
