@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, delete, select
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from muster_api.mesh.claims_tables import claim_repos, claims
 from muster_api.mesh.tables import agents
+from muster_api.mesh.tasks_tables import tasks
 from muster_mesh.claims import ClaimRecord
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class SqlClaims:
 
     async def end_holdings(self, agent_id: str) -> None:
         await self._conn.execute(delete(claims).where(claims.c.holder == agent_id))
+        await self._conn.execute(
+            update(tasks).where(tasks.c.holder == agent_id, tasks.c.state == "claimed").values(holder=None)
+        )
 
 
 __all__ = ["SqlClaims"]

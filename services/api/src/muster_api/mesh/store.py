@@ -46,6 +46,7 @@ from muster_api.db.dialect import Dialect
 from muster_api.mesh.claims_store import SqlClaims
 from muster_api.mesh.claims_tables import claims
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
+from muster_api.mesh.tasks_store import SqlTasks
 from muster_mesh import (
     AgentChanges,
     AgentFilter,
@@ -326,7 +327,7 @@ class TransactionNotifier(Protocol):
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
 
 
-class SqlMeshTx(SqlClaims):
+class SqlMeshTx(SqlClaims, SqlTasks):
     """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""
 
     def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
