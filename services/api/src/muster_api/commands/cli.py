@@ -82,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_console(sub)
 
-    from muster_api.commands import dispatch_commands
+    from muster_api.commands import dispatch_commands, hooks
+
+    hooks.register(sub)
 
     dispatch_commands.register(sub)
     args = parser.parse_args(argv)
