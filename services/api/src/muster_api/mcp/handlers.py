@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from muster_api.errors import ToolRefused
-from muster_api.mcp import tools, words
+from muster_api.mcp import claim_handlers, tools, words
 from muster_api.mcp.session import AgentSession
 from muster_client import (
     A2ACallResult,
@@ -193,6 +193,7 @@ MESH_HANDLERS: dict[str, Handler] = {
     tools.CHECKOUT: agent_checkout,
     tools.DISPATCH_RUN: dispatch_run,
     tools.DISPATCH_STATUS: dispatch_status,
+    **claim_handlers.HANDLERS,
 }
 
 
