@@ -34,6 +34,8 @@ async def test_claim_check_release_and_a_task_through_mcp(service: ServerProcess
             done = await call(agent, "claim_paths", paths=["src/**", "db/schema.sql"], reason="feature", confirm=True)
             assert "1 granted: src/**" in done and f"held by {name}-other" in done and "migrating" in done
             assert [c.pattern for c in rest.claims(agent=me).claims] == ["src/**"]
+            roster = await call(agent, "agents_list", repo=name)
+            assert f"{name}-other — " in roster and "holds 1 path claim(s)" in roster
             checked = await call(agent, "check_paths", repo=name, paths=["db/a.sql", "src/a.py"])
             assert f"db/a.sql: held by {name}-other" in checked and "src/a.py: free" in checked
             assert "Released: src/**" in await call(agent, "release_paths", paths=["src/**"], confirm=True)
