@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import httpx
 
 from muster_client import calls, config
+from muster_client import claims as cl
 from muster_client.calls import Call
 from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
 from muster_client.models import (
@@ -306,6 +307,76 @@ class MusterClient(ClientCore):
             if finished is not None:
                 return finished
         return self.run(run_id)
+
+    # ------------------------------------------------------------ claims and tasks
+
+    def claim_paths(
+        self,
+        paths: list[str],
+        *,
+        exclusive: bool = True,
+        reason: str | None = None,
+        repo: str | None = None,
+        confirm: bool = False,
+        idempotency_key: str | None = None,
+    ) -> cl.ClaimResult:
+        return self.call(
+            cl.claim_paths(
+                paths, exclusive=exclusive, reason=reason, repo=repo, confirm=confirm, idempotency_key=idempotency_key
+            )
+        )
+
+    def release_paths(
+        self,
+        *,
+        ids: list[str] | None = None,
+        paths: list[str] | None = None,
+        repo: str | None = None,
+        confirm: bool = False,
+    ) -> cl.ReleaseResult:
+        """The caller's claims by id or pattern; all of them when neither is given."""
+        return self.call(cl.release_paths(ids=ids, paths=paths, repo=repo, confirm=confirm))
+
+    def check_paths(self, repo: str, paths: list[str], *, as_agent: bool = True) -> cl.CheckResult:
+        return self.call(cl.check_paths(repo, paths, as_agent=as_agent))
+
+    def claims(self, *, repo: str | None = None, agent: str | None = None) -> cl.ClaimList:
+        return self.call(cl.claims(repo=repo, agent=agent))
+
+    def task_post(
+        self,
+        title: str,
+        body: str,
+        *,
+        to: str | None = None,
+        role: str | None = None,
+        repo: str | None = None,
+        cap: str | None = None,
+        priority: int = 0,
+        confirm: bool = False,
+    ) -> cl.TaskAnswer:
+        return self.call(
+            cl.task_post(title, body, to=to, role=role, repo=repo, cap=cap, priority=priority, confirm=confirm)
+        )
+
+    def task_claim(
+        self, *, role: str | None = None, repo: str | None = None, cap: str | None = None, confirm: bool = False
+    ) -> cl.TaskAnswer:
+        return self.call(cl.task_claim(role=role, repo=repo, cap=cap, confirm=confirm))
+
+    def task_update(
+        self,
+        task_id: str,
+        action: cl.TaskAction,
+        *,
+        token: int,
+        text: str | None = None,
+        confirm: bool = False,
+    ) -> cl.TaskAnswer:
+        return self.call(cl.task_update(task_id, action, token=token, text=text, confirm=confirm))
+
+    def tasks(self, *, state: str | None = None, role: str | None = None) -> cl.TaskList:
+        return self.call(cl.tasks(state=state, role=role))
 
 
 __all__ = ["MusterClient"]

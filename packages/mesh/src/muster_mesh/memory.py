@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 
 import anyio
 
+from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow, shown_row
 from muster_mesh.records import (
     AgentChanges,
@@ -31,6 +33,7 @@ class _State:
         # Per inbox: sequences (ascending) and the message id at each, kept side by side for bisect.
         self.inbox: dict[str, tuple[list[int], list[str]]] = {}
         self.idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
+        self.claims: dict[str, ClaimRecord] = {}
 
 
 def _popper(seq_list: list[int], ids: list[str]) -> Callable[[], object]:
@@ -131,6 +134,44 @@ class _MemoryTx:
     async def end_lease(self, agent_id: str, now: datetime) -> None:
         self._set_agent(replace(self._s.agents[agent_id], last_seen_at=now, expires_at=now))
 
+    async def end_holdings(self, agent_id: str) -> None:
+        await self.delete_claims(agent_id, [c.claim_id for c in self._s.claims.values() if c.holder == agent_id])
+
+    async def lock_repo_claims(self, repo: str) -> None:
+        """Transactions are serial here: nothing to lock."""
+
+    async def live_claims(self, live_at: datetime, *, repo: str | None, holder: str | None) -> list[ClaimRecord]:
+        agents = self._s.agents
+        found = [
+            c
+            for c in self._s.claims.values()
+            if (repo is None or c.repo == repo)
+            and (holder is None or c.holder == holder)
+            and c.holder in agents
+            and agents[c.holder].live_at(live_at)
+        ]
+        return sorted(found, key=lambda c: (c.repo, c.holder, c.pattern))
+
+    async def put_claims(self, records: Sequence[ClaimRecord]) -> None:
+        claims = self._s.claims
+        for record in records:
+            same = [
+                k
+                for k, c in claims.items()
+                if (c.repo, c.holder, c.pattern) == (record.repo, record.holder, record.pattern)
+            ]
+            await self.delete_claims(record.holder, same)
+            claims[record.claim_id] = record
+            self._undo.append(partial(claims.pop, record.claim_id, None))
+
+    async def delete_claims(self, holder: str, ids: Sequence[str]) -> None:
+        claims = self._s.claims
+        for claim_id in ids:
+            old = claims.get(claim_id)
+            if old is not None and old.holder == holder:
+                del claims[claim_id]
+                self._undo.append(partial(claims.__setitem__, claim_id, old))
+
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         ids = sorted(self._s.agents)
         start = 0 if after is None else bisect.bisect_right(ids, after)
@@ -202,6 +243,8 @@ class _MemoryTx:
             report.idempotency_keys += 1
         for aid in [a.agent_id for a in s.agents.values() if a.expires_at < policy.agents_expired_before]:
             s.by_token.pop(s.agents.pop(aid).token_hash, None)
+            for claim_id in [k for k, c in s.claims.items() if c.holder == aid]:
+                del s.claims[claim_id]
             report.agents += 1
             report.inbox_entries += len(s.inbox.pop(aid, ([], []))[0])
         for aid, (seq_list, ids) in s.inbox.items():

@@ -289,6 +289,32 @@ class Mesh:
         if not await tx.put_idempotency(record):
             raise _Replay
 
+    # ------------------------------------------------------------------ for the mesh's other tools (claims)
+
+    def now(self) -> datetime:
+        return self._now()
+
+    async def caller(self, tx: MeshTx, token: str | None, now: datetime) -> AgentRecord:
+        """The caller's live agent from its token, its lease renewed (as every acting call does)."""
+        return await self._caller(tx, token, now, renew=True)
+
+    async def replayed(
+        self, tx: MeshTx, scope: str, key: str | None, operation: str, fingerprint: str, model: type[R]
+    ) -> R | None:
+        return await self._replayed(tx, scope, key, operation, fingerprint, model)
+
+    async def remember(
+        self,
+        tx: MeshTx,
+        scope: str,
+        key: str | None,
+        operation: str,
+        fingerprint: str,
+        result: BaseModel,
+        now: datetime,
+    ) -> None:
+        await self._remember(tx, scope, key, operation, fingerprint, result.model_dump(mode="json"), now)
+
     # ------------------------------------------------------------------ check-in
 
     async def checkin(
@@ -341,6 +367,9 @@ class Mesh:
                     raise _Replay
             else:
                 await tx.replace_agent(record)
+                if action == "create":
+                    # A new session on an agent_id whose lease ended: what the old session held ended with it.
+                    await tx.end_holdings(request.agent_id)
             if action == "takeover" and current is not None:
                 await self._supersede(tx, current, now)
             result = CheckinRecord(**shown.__dict__, token=minted, action=action)
@@ -808,6 +837,7 @@ class Mesh:
                 return CheckoutPreview(agent=view(agent, now))
             await tx.get_agent(agent.agent_id, for_update=True)
             await tx.end_lease(agent.agent_id, now)
+            await tx.end_holdings(agent.agent_id)
             result = CheckoutResult(agent=view(replace(agent, last_seen_at=now, expires_at=now), now))
             await self._remember(
                 tx, f"agent:{agent.agent_id}", key, "checkout", fingerprint, result.model_dump(mode="json"), now

@@ -65,6 +65,10 @@ class MeshTx(Protocol):
     async def end_lease(self, agent_id: str, now: datetime) -> None:
         """Check out: the lease ends at ``now`` (``last_seen_at`` and ``expires_at`` set to it)."""
 
+    async def end_holdings(self, agent_id: str) -> None:
+        """The session of ``agent_id`` ended (check-out, or a new session after its lease expired): delete its
+        path claims."""
+
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         """Up to ``limit`` matching agents with agent_id > ``after``, in agent_id order."""
 

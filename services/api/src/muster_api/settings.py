@@ -45,6 +45,9 @@ class MeshSettings(BaseSettings):
     expired_agent_retention_hours: float = Field(default=7 * 24, gt=0)
     sweep_seconds: float = Field(default=300.0, gt=0)
     fanout_per_minute: int = Field(default=60, ge=1, le=100_000)
+    task_max_attempts: int = Field(
+        default=3, ge=1, le=100, description="Claims of a task whose holder's lease ended before it fails."
+    )
 
     def limits(self) -> MeshLimits:
         return MeshLimits(

@@ -82,7 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_console(sub)
 
-    from muster_api.commands import dispatch_commands
+    from muster_api.commands import dispatch_commands, guard, hooks
+
+    hooks.register(sub)
+    guard.register(sub)
 
     dispatch_commands.register(sub)
     from muster_api.commands import doctor

@@ -3,6 +3,8 @@
 from muster_api.a2a import tables as a2a_tables
 from muster_api.db.schema import metadata
 from muster_api.dispatch import tables as dispatch_tables
+from muster_api.mesh import claims_tables as mesh_claims_tables
 from muster_api.mesh import tables as mesh_tables
+from muster_api.mesh import tasks_tables as mesh_tasks_tables
 
-__all__ = ["a2a_tables", "dispatch_tables", "mesh_tables", "metadata"]
+__all__ = ["a2a_tables", "dispatch_tables", "mesh_claims_tables", "mesh_tables", "mesh_tasks_tables", "metadata"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from muster_api.errors import ToolRefused
-from muster_api.mcp import tools, words
+from muster_api.mcp import claim_handlers, tools, words
 from muster_api.mcp.session import AgentSession
 from muster_client import (
     A2ACallResult,
@@ -27,6 +28,7 @@ from muster_client import (
     ServiceUnreachable,
     UnexpectedAnswer,
 )
+from muster_client import claims as cl
 from muster_mesh.models import MAX_PAGE
 
 log = logging.getLogger("muster.mcp")
@@ -93,7 +95,11 @@ async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
     at = now()
     if not page.agents:
         return "No live agents match." if not args.include_expired else "No agents match."
-    lines = [f"{len(page.agents)} agent(s):", *(f"- {words.agent_line(a, at)}" for a in page.agents)]
+    held = Counter(c.holder for c in (await session.client.call(cl.claims(repo=args.repo, agent=None))).claims)
+    lines = [
+        f"{len(page.agents)} agent(s):",
+        *(f"- {words.agent_line(a, at)}; holds {held[a.agent_id]} path claim(s)" for a in page.agents),
+    ]
     if page.next_cursor:
         lines.append("More agents exist than shown: narrow with repo, role or cap.")
     return "\n".join(lines)
@@ -193,6 +199,7 @@ MESH_HANDLERS: dict[str, Handler] = {
     tools.CHECKOUT: agent_checkout,
     tools.DISPATCH_RUN: dispatch_run,
     tools.DISPATCH_STATUS: dispatch_status,
+    **claim_handlers.HANDLERS,
 }
 
 

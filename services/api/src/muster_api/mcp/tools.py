@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from muster_api.mcp import claim_tools
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
 from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, Label, Repo
 from muster_mesh.wake import WAKE_TEMPLATE
@@ -24,7 +25,7 @@ CHECKOUT = "agent_checkout"
 DISPATCH_RUN = "dispatch_run"
 DISPATCH_STATUS = "dispatch_status"
 MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT)
-OWN_TOOLS = (*MESH_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
+OWN_TOOLS = (*MESH_TOOLS, *claim_tools.CLAIM_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
 
 
 def _bound(model: type[BaseModel], field: str, name: str) -> int:
@@ -213,6 +214,7 @@ MESH_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 OWN_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     **MESH_SCHEMAS,
+    **claim_tools.SCHEMAS,
     DISPATCH_RUN: (DISPATCH_RUN_ABOUT, DISPATCH_RUN_SCHEMA),
     DISPATCH_STATUS: (DISPATCH_STATUS_ABOUT, DISPATCH_STATUS_SCHEMA),
 }

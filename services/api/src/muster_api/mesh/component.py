@@ -20,6 +20,7 @@ from muster_api.mesh.store_sqlite import SqliteMeshStore
 from muster_api.runtime import Runtime
 from muster_mesh import LocalNotifier, Mesh
 from muster_mesh.store import Notifier
+from muster_mesh.tasks import TaskLimits, Tasks
 
 log = logging.getLogger("muster.mesh")
 
@@ -73,6 +74,7 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
             # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
             app.state.mesh = mesh
+            app.state.tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
             tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
             try:
                 yield

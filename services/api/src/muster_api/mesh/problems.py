@@ -19,6 +19,7 @@ from muster_mesh import (
     RecipientExpired,
     TokenGivenOnce,
 )
+from muster_mesh.tasks import StaleClaim, TaskNotFound
 
 STATUS: dict[type[Exception], int] = {
     MeshError: 400,
@@ -32,4 +33,6 @@ STATUS: dict[type[Exception], int] = {
     MessageTooLarge: 413,
     RateLimited: 429,  # with Retry-After
     InvalidRequest: 422,  # and InvalidAddress
+    TaskNotFound: 404,
+    StaleClaim: 409,
 }

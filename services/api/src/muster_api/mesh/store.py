@@ -43,7 +43,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.sql.elements import BindParameter
 
 from muster_api.db.dialect import Dialect
+from muster_api.mesh.claims_store import SqlClaims
+from muster_api.mesh.claims_tables import claims
 from muster_api.mesh.tables import agents, idempotency, inbox, messages
+from muster_api.mesh.tasks_store import SqlTasks
 from muster_mesh import (
     AgentChanges,
     AgentFilter,
@@ -324,7 +327,7 @@ class TransactionNotifier(Protocol):
     async def notify_in_transaction(self, conn: AsyncConnection, agent_ids: Sequence[str]) -> None: ...
 
 
-class SqlMeshTx:
+class SqlMeshTx(SqlClaims, SqlTasks):
     """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""
 
     def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
@@ -545,6 +548,7 @@ class SqlMeshTx:
             report.inbox_entries = _rowcount(
                 await self._conn.execute(delete(inbox).where(inbox.c.recipient.in_(gone_ids)))
             )
+            await self._conn.execute(delete(claims).where(claims.c.holder.in_(gone_ids)))
             report.agents = _rowcount(await self._conn.execute(delete(agents).where(agents.c.agent_id.in_(gone_ids))))
         report.inbox_entries += await self._sweep_read(policy)
         report.messages = await self._sweep_orphans(policy)

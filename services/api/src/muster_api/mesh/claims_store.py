@@ -1,0 +1,89 @@
+"""The path claims' statements of a SQL mesh transaction (``muster_mesh.claims.ClaimTx``), mixed into
+``SqlMeshTx`` so that the caller's renewal and its claims commit together."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from muster_api.mesh.claims_tables import claim_repos, claims
+from muster_api.mesh.tables import agents
+from muster_api.mesh.tasks_tables import tasks
+from muster_mesh.claims import ClaimRecord
+
+if TYPE_CHECKING:
+    from muster_api.mesh.store import SqlMeshStore
+
+LIVE = (
+    select(claims)
+    .join(agents, agents.c.agent_id == claims.c.holder)
+    .where(agents.c.expires_at > bindparam("p_now"))
+    .order_by(claims.c.repo, claims.c.holder, claims.c.pattern)
+)
+
+
+def _record(m: object) -> ClaimRecord:
+    row = getattr(m, "_mapping")  # noqa: B009 - a Row's mapping
+    return ClaimRecord(
+        claim_id=row["claim_id"],
+        repo=row["repo"],
+        holder=row["holder"],
+        pattern=row["pattern"],
+        exclusive=bool(row["exclusive"]),
+        reason=row["reason"],
+        since=row["since"],
+    )
+
+
+class SqlClaims:
+    """Path claims on ``mesh_claims``; a grant locks its repository's row of ``mesh_claim_repos`` first."""
+
+    _conn: AsyncConnection
+    _store: SqlMeshStore
+
+    async def lock_repo_claims(self, repo: str) -> None:
+        dialect = self._store.dialect
+        await self._conn.execute(dialect.insert_ignore(claim_repos, {"repo": repo}, conflict=["repo"]))
+        await self._conn.execute(dialect.lock_rows(select(claim_repos.c.repo).where(claim_repos.c.repo == repo)))
+
+    async def live_claims(self, live_at: datetime, *, repo: str | None, holder: str | None) -> list[ClaimRecord]:
+        stmt = LIVE
+        if repo is not None:
+            stmt = stmt.where(claims.c.repo == repo)
+        if holder is not None:
+            stmt = stmt.where(claims.c.holder == holder)
+        return [_record(r) for r in (await self._conn.execute(stmt, {"p_now": live_at})).all()]
+
+    async def put_claims(self, records: Sequence[ClaimRecord]) -> None:
+        rows: list[Mapping[str, Any]] = [
+            {
+                "claim_id": r.claim_id,
+                "repo": r.repo,
+                "holder": r.holder,
+                "pattern": r.pattern,
+                "exclusive": r.exclusive,
+                "reason": r.reason,
+                "since": r.since,
+            }
+            for r in records
+        ]
+        stmt = self._store.dialect.upsert(
+            claims, rows, conflict=["repo", "holder", "pattern"], update=["exclusive", "reason"]
+        )
+        await self._conn.execute(stmt)
+
+    async def delete_claims(self, holder: str, ids: Sequence[str]) -> None:
+        await self._conn.execute(delete(claims).where(claims.c.holder == holder, claims.c.claim_id.in_(list(ids))))
+
+    async def end_holdings(self, agent_id: str) -> None:
+        await self._conn.execute(delete(claims).where(claims.c.holder == agent_id))
+        await self._conn.execute(
+            update(tasks).where(tasks.c.holder == agent_id, tasks.c.state == "claimed").values(holder=None)
+        )
+
+
+__all__ = ["SqlClaims"]

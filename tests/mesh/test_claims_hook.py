@@ -1,0 +1,101 @@
+"""``muster hook claude`` as Claude Code runs it (a process reading the hook's JSON on stdin) against a real server:
+an edit of a path another agent holds exclusively is denied naming holder and reason; the caller's own claim, an
+unclaimed path and non-editing tools pass; an unreachable service allows with a note on stderr. ``muster hook
+install claude`` merges into .claude/settings.json and is idempotent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.mesh.support import server_process
+from tests.support.net import free_port
+
+MUSTER = [sys.executable, "-m", "muster_api.commands.cli"]
+
+
+def hook(url: str, event: dict[str, object], agent: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MUSTER_URL": url, "MUSTER_AGENT_ID": agent, "MUSTER_REPO": "muster"}
+    return subprocess.run(
+        [*MUSTER, "hook", "claude"],
+        input=json.dumps(event),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "store.py").write_text("x = 1\n")
+    (tmp_path / "README.md").write_text("hi\n")
+    return tmp_path
+
+
+def test_the_hook_denies_another_agents_claim_and_allows_the_rest(db_url: str, repo: Path) -> None:
+    with server_process(db_url) as server:
+        with httpx.Client(base_url=server.base_url) as c:
+            a = c.post("/mesh/checkin", json={"agent_id": "a", "repo": "muster", "confirm": True}).json()["token"]
+            c.post("/mesh/checkin", json={"agent_id": "b", "repo": "muster", "confirm": True})
+            r = c.post(
+                "/mesh/claims",
+                json={"paths": ["src/**"], "reason": "rewriting the store", "confirm": True},
+                headers={"Authorization": f"Bearer {a}"},
+            )
+            assert r.status_code == 200
+        edit = {
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Edit",
+            "cwd": str(repo),
+            "tool_input": {"file_path": str(repo / "src" / "store.py"), "old_string": "1", "new_string": "2"},
+        }
+        denied = hook(server.base_url, edit, "b", repo)
+        assert denied.returncode == 0, denied.stderr
+        decision = json.loads(denied.stdout)["hookSpecificOutput"]
+        assert decision["permissionDecision"] == "deny"
+        assert (
+            "'a'" in decision["permissionDecisionReason"]
+            and "rewriting the store" in decision["permissionDecisionReason"]
+        )
+        # The holder itself, an unclaimed file, and a tool that does not edit pass with no decision.
+        assert hook(server.base_url, edit, "a", repo).stdout == ""
+        other = {**edit, "tool_input": {"file_path": str(repo / "README.md")}}
+        assert hook(server.base_url, other, "b", repo).stdout == ""
+        assert hook(server.base_url, {**edit, "tool_name": "Read"}, "b", repo).stdout == ""
+        relative = {**edit, "tool_name": "Write", "tool_input": {"file_path": "src/new.py", "content": ""}}
+        assert "deny" in hook(server.base_url, relative, "b", repo).stdout
+
+
+def test_an_unreachable_service_allows_and_says_so(repo: Path) -> None:
+    edit = {"tool_name": "Edit", "cwd": str(repo), "tool_input": {"file_path": str(repo / "README.md")}}
+    done = hook(f"http://127.0.0.1:{free_port()}", edit, "b", repo)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "allowing the edit" in done.stderr
+
+
+def test_install_merges_and_is_idempotent(tmp_path: Path) -> None:
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(
+        json.dumps({"env": {"MUSTER_AGENT_ID": "b"}, "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": []}]}})
+    )
+    for _ in range(2):
+        subprocess.run(
+            [*MUSTER, "hook", "install", "claude", "--project", str(tmp_path)], check=True, capture_output=True
+        )
+    written = json.loads(settings.read_text())
+    assert written["env"] == {"MUSTER_AGENT_ID": "b"}
+    commands = [h["command"] for e in written["hooks"]["PreToolUse"] for h in e["hooks"]]
+    assert commands == ["muster hook claude"]
+    assert written["hooks"]["PreToolUse"][0]["matcher"] == "Bash"

@@ -1,0 +1,110 @@
+"""The claim patterns' rules: what is refused (with the rule), what a concrete path matches, when two overlap."""
+
+from __future__ import annotations
+
+import pytest
+
+from muster_mesh.patterns import MAX_PATTERN_CHARS, matches, overlaps, pattern_problem
+
+OVERLAPPING = [
+    ("src/store/**", "src/store/a.py"),  # ** at the end
+    ("**/a.py", "src/**"),  # ** at either end
+    ("**/test_*.py", "src/**"),
+    ("*.sql", "migrations/x.sql"),  # no slash: any depth
+    ("a*", "*b"),  # "ab" matches both, though neither matches the other's text
+    ("src/[ab].py", "src/[!a].py"),  # b.py
+    ("docs/", "docs/x/y.md"),  # a directory pattern covers what is under it
+    ("src/store", "src/store/x.py"),  # so does an anchored plain name
+    ("build/", "build/out/x.o"),  # a directory pattern vs a file in it
+    ("**", "x"),
+    ("a/?", "a/b"),
+    ("src/**/x.py", "src/x.py"),  # ** matches no segment too
+    ("src/*/x.py", "src/a/*.py"),
+]
+DISJOINT = [
+    ("*.sql", "*.py"),  # a wildcard name covers the files it matches, not a directory named like them
+    ("src/[ab].py", "src/c.py"),
+    ("src/[a].py", "src/[!a].py"),
+    ("src/a/**", "src/b/**"),
+    ("src/*.py", "src/a/b.py"),  # * stays within one segment
+    ("src/*.py", "lib/a.py"),
+    ("a/?", "a/bc"),
+    ("lib/**", "src/a.py"),
+    ("README.md", "src/**/*.py"),  # a bare name is a file name at any depth, not a directory
+]
+
+
+@pytest.mark.parametrize(("a", "b"), OVERLAPPING)
+def test_overlapping_patterns(a: str, b: str) -> None:
+    assert overlaps(a, b) and overlaps(b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), DISJOINT)
+def test_disjoint_patterns(a: str, b: str) -> None:
+    assert not overlaps(a, b) and not overlaps(b, a)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "rule"),
+    [
+        ("", "empty"),
+        ("   ", "empty"),
+        ("/etc/passwd", "absolute"),
+        ("!src/**", "negation"),
+        ("../x", "parent_reference"),
+        ("src/../../x", "parent_reference"),
+        ("./src", "not_normalized"),
+        ("src//a", "not_normalized"),
+        ("src\\a", "forbidden_character"),
+        ("a\nb", "forbidden_character"),
+        ("x" * (MAX_PATTERN_CHARS + 1), "too_long"),
+    ],
+)
+def test_bad_patterns_are_refused_with_the_rule(pattern: str, rule: str) -> None:
+    problem = pattern_problem(pattern)
+    assert problem is not None and problem.rule == rule
+
+
+@pytest.mark.parametrize("pattern", ["src/store/**", "README.md", "*.sql", "docs/", "src/[ab]*.py", "**/x"])
+def test_good_patterns_pass(pattern: str) -> None:
+    assert pattern_problem(pattern) is None
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "hit"),
+    [
+        ("src/*.py", "src/a.py", True),
+        ("src/*.py", "src/a/b.py", False),
+        ("*.sql", "db/x.sql", True),
+        ("*.sql", "b.sql/x", False),
+        ("docs/", "docs/a/b.md", True),
+        ("src/store", "src/store/a.py", True),
+        ("README.md", "README.md/x", False),
+        ("src/store/**", "src/store/x/y", True),
+        ("README.md", "README.md", True),
+        ("README.md", "README.mdx", False),
+        ("build/", "build/x", True),
+    ],
+)
+def test_concrete_paths(pattern: str, path: str, hit: bool) -> None:
+    assert matches(pattern, path) is hit
+
+
+def test_every_overlap_case_has_a_witness_path_or_none() -> None:
+    """The overlap rule agrees with the matcher on witnesses: for each overlapping pair, some path named in the
+    cases matches both; for each disjoint pair, none of them does."""
+    witnesses = [
+        "src/store/a.py",
+        "src/a.py",
+        "src/b.py",
+        "migrations/x.sql",
+        "ab",
+        "docs/x/y.md",
+        "build/out/x.o",
+        "src/store/x.py",
+    ]
+    witnesses += ["x", "a/b", "src/x.py", "src/a/x.py", "src/a/b.py", "lib/a.py", "a/bc", "src/c.py", "src/test_a.py"]
+    for a, b in DISJOINT:
+        assert not [w for w in witnesses if matches(a, w) and matches(b, w)], (a, b)
+    for a, b in OVERLAPPING:
+        assert [w for w in witnesses if matches(a, w) and matches(b, w)], (a, b)
