@@ -155,7 +155,8 @@ def _error(obj: dict[str, Any]) -> list[AgentEvent]:
     if isinstance(status, int):
         message = f"{message} (HTTP {status})"
     code = _s(error.get("name")) or "error"
-    out = [event("failure", text=message, code=code, data=obj)]
+    # A turn that failed before its first step still names its session.
+    out = [event("conversation", id=_session(obj)), event("failure", text=message, code=code, data=obj)]
     lowered = message.lower()
     if _any(lowered, QUOTA_WORDS):
         out.append(event("quota", text=message, reset_at=reset_in(message, lowered), code=code))

@@ -27,6 +27,7 @@ from muster_dispatch import (
     codex_harness,
     custom_agent,
     fallback_agent,
+    opencode_harness,
 )
 from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
 from muster_dispatch.harness import Harness
@@ -65,7 +66,7 @@ class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["cli"]
-    harness: Literal["claude", "codex"]
+    harness: Literal["claude", "codex", "opencode"]
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -153,6 +154,8 @@ class DispatchAgents:
 def _harness(entry: CliEntry) -> Harness:
     if entry.harness == "claude":
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
+    if entry.harness == "opencode":
+        return opencode_harness()
     return codex_harness()
 
 
