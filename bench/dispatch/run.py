@@ -17,7 +17,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from muster_dispatch import AgentInput, claude_harness, cli_agent, codex_harness, dispatch, local_provider
+from muster_dispatch import (
+    AgentInput,
+    claude_harness,
+    cli_agent,
+    codex_harness,
+    dispatch,
+    local_provider,
+    opencode_harness,
+)
 from muster_dispatch.harness import Harness
 
 TRANSCRIPTS = Path(__file__).resolve().parents[2] / "tests" / "dispatch" / "transcripts"
@@ -57,7 +65,7 @@ def _rates(fn: Callable[[str], object], baseline: Callable[[str], object], lines
 def bench_decode() -> bool:
     ok = True
     harness: Harness
-    for harness in (claude_harness(), codex_harness()):
+    for harness in (claude_harness(), codex_harness(), opencode_harness()):
         lines = _lines(harness.name)
         decoded, baseline = _rates(harness.events, json.loads, lines)
         ratio = decoded / baseline

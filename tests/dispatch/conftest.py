@@ -78,3 +78,16 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
     return path
+
+
+@pytest.fixture(scope="session")
+def opencode_cli() -> Path:
+    """The pinned OpenCode, installed once per session by the package's bootstrap."""
+    from muster_dispatch import DispatchError, ensure_cli, opencode_harness
+
+    try:
+        return Path(ensure_cli(opencode_harness(), cache_dir=os.environ.get("MUSTER_CLI_CACHE") or None))
+    except (DispatchError, OSError) as exc:
+        if _required():
+            pytest.fail(f"MUSTER_REQUIRE_CLIS is set but OpenCode could not be installed: {exc}")
+        pytest.skip(f"OpenCode could not be installed through the bootstrap (npm, network?): {exc}")

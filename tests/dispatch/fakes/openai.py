@@ -1,6 +1,8 @@
 """A fake OpenAI Responses API: ``POST /v1/responses`` streamed as the Responses API streams it (SSE).
 
 Codex asks for ``/v1/models`` at start-up too; the answer names the configured model so that codex keeps it.
+OpenCode (through ``@ai-sdk/openai``) asks for a session title with a tool-less request of its own: that one is
+answered without consuming the test's plan, so that the plan describes the conversation only.
 """
 
 from __future__ import annotations
@@ -186,6 +188,13 @@ def _tool_item(event: Event, index: int, item: dict[str, Any]) -> Generator[byte
     return item
 
 
+def _is_side_request(body: Any) -> bool:
+    """OpenCode's title request: a "title generator" instruction and no tools."""
+    if not isinstance(body, dict) or body.get("tools"):
+        return False
+    return "title generator" in json.dumps(body.get("input", ""))[:400]
+
+
 def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
     return {"error": {"type": kind, "code": kind, "message": message, "param": None, **extra}}
 
@@ -283,6 +292,10 @@ class FakeOpenAI:
 
     async def _responses(self, request: Request) -> Response:
         body = await self._body(request)
+        if _is_side_request(body):
+            self.script.record(Recorded(request.method, request.url.path, self._headers(request), body, "side"))
+            title = Reply(text="Muster test")
+            return StreamingResponse(stream_events(title, body), media_type="text/event-stream")
         plan, answered = self.script.next()
         self.script.record(
             Recorded(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from muster_dispatch import claude_harness, codex_harness, decode_transcript, quota_fault, unavailable_fault
+from muster_dispatch import (
+    claude_harness,
+    codex_harness,
+    decode_transcript,
+    opencode_harness,
+    quota_fault,
+    unavailable_fault,
+)
 from tests.dispatch.unit.support import TRANSCRIPTS, meta, transcript
 
 # name: (status, error code, unavailable, text starts with, input, output)
@@ -28,12 +35,15 @@ EXPECTED: dict[str, tuple[str, str | None, bool, str, int, int]] = {
     "codex-insufficient-quota": ("failed", "quota", False, "", 0, 0),
     "codex-overloaded": ("failed", "process", True, "", 0, 0),
     "codex-server-error": ("failed", "process", True, "", 0, 0),
+    "opencode-tool": ("completed", None, False, "The command printed it.", 240, 60),
+    "opencode-quota": ("failed", "quota", False, "", 0, 0),
 }
 
 
 def _decode(name: str):  # type: ignore[no-untyped-def]
     info = meta(name)
-    harness = claude_harness() if name.startswith("claude") else codex_harness()
+    harnesses = {"claude": claude_harness, "codex": codex_harness, "opencode": opencode_harness}
+    harness = harnesses[name.split("-")[0]]()
     stderr = info.get("stderr") or []
     assert isinstance(stderr, list)
     exit_code = info.get("exit_code")
@@ -128,3 +138,20 @@ def test_claude_fork_has_a_new_session_id() -> None:
 
 def test_codex_resume_keeps_the_thread_id() -> None:
     assert _decode("codex-resume").conversation == _decode("codex-resume-2").conversation
+
+
+def test_opencode_tool_step_is_not_the_end_of_the_turn() -> None:
+    events = [e for line in transcript("opencode-tool") for e in opencode_harness().events(line)]
+    tools = [e for e in events if e.type == "tool"]
+    results = [e for e in events if e.type == "tool_result"]
+    assert tools and tools[0].name == "bash" and results[0].id == tools[0].id
+    assert "muster-tool-ok" in str(results[0].output)
+    assert [e.code for e in events if e.type == "finished"] == ["stop"]  # only the step ending in "stop"
+
+
+def test_opencode_garbled_lines_are_raw() -> None:
+    decode = opencode_harness().events
+    assert [e.type for e in decode("not json at all")] == ["raw"]
+    assert [e.type for e in decode('{"type":"text","part":7}')] == ["raw"]
+    assert [e.type for e in decode('{"type":"novel","sessionID":"ses_1"}')] == ["raw"]
+    assert decode("") == []

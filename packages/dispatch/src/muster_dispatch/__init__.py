@@ -1,4 +1,4 @@
-"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex) with normalized events,
+"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex, OpenCode) with normalized events,
 quota/outage faults, fallback and replay. See README.md for the contract."""
 
 from muster_dispatch.agents import (
@@ -10,7 +10,7 @@ from muster_dispatch.agents import (
     custom_agent,
     fallback_agent,
 )
-from muster_dispatch.bootstrap import CliStatus, cli_status, ensure_cli
+from muster_dispatch.bootstrap import CliStatus, cli_status, ensure_cli, harness_status, known_harnesses
 from muster_dispatch.bwrap_provider import BwrapProvider
 from muster_dispatch.conversations import ConversationStore, DirectoryConversationStore, MemoryConversationStore
 from muster_dispatch.decode import decode_events, decode_transcript
@@ -20,6 +20,7 @@ from muster_dispatch.faults import QuotaFault, UnavailableFault, parse_reset, qu
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
+from muster_dispatch.harnesses.opencode import opencode_harness
 from muster_dispatch.host_login import (
     CopiedLogin,
     HostLogin,
@@ -89,7 +90,10 @@ __all__ = [
     "dispatch",
     "ensure_cli",
     "fallback_agent",
+    "harness_status",
+    "known_harnesses",
     "local_provider",
+    "opencode_harness",
     "parse_reset",
     "quota_fault",
     "replay_agent",

@@ -26,8 +26,15 @@ _verified: dict[Path, Path] = {}
 def known_harnesses() -> dict[str, Harness]:
     from muster_dispatch.harnesses.claude import claude_harness
     from muster_dispatch.harnesses.codex import codex_harness
+    from muster_dispatch.harnesses.opencode import opencode_harness
 
-    return {"claude": claude_harness(), "codex": codex_harness()}
+    return {"claude": claude_harness(), "codex": codex_harness(), "opencode": opencode_harness()}
+
+
+def harness_status(*, cache_dir: Path | str | None = None) -> dict[str, CliStatus]:
+    """Every harness this package has, by name, with whether its pinned CLI is installed (no process is run): the
+    list a zero-config agent set or a health check reads."""
+    return {name: cli_status(harness, cache_dir=cache_dir) for name, harness in known_harnesses().items()}
 
 
 def default_cache_dir() -> Path:

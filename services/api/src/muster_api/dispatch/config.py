@@ -32,6 +32,7 @@ from muster_dispatch import (
     credential_source,
     custom_agent,
     fallback_agent,
+    opencode_harness,
 )
 from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
 from muster_dispatch.harness import Harness
@@ -70,7 +71,7 @@ class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["cli"]
-    harness: Literal["claude", "codex"]
+    harness: Literal["claude", "codex", "opencode"]
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -161,6 +162,8 @@ class DispatchAgents:
 def harness_of(entry: CliEntry) -> Harness:
     if entry.harness == "claude":
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
+    if entry.harness == "opencode":
+        return opencode_harness()
     return codex_harness()
 
 
