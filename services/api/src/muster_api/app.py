@@ -22,6 +22,7 @@ from muster_api.dispatch.routes import router as dispatch_router
 from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.routes import router as mesh_router
+from muster_api.mesh.search_routes import router as search_router
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
@@ -67,7 +68,15 @@ def create_app(
     app = FastAPI(title="Muster", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     problems.install(app)
     openapi.install(app)
-    for router in (health_router, mesh_router, backlog_router, a2a_router, dispatch_router, config_router):
+    for router in (
+        health_router,
+        mesh_router,
+        backlog_router,
+        search_router,
+        a2a_router,
+        dispatch_router,
+        config_router,
+    ):
         app.include_router(router)
     # Each served agent is an A2A sub-application of its own (see served/apps.py), behind the same middlewares.
     app.mount(SERVED_PREFIX, ServedAgents())
