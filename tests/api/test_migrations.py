@@ -13,6 +13,7 @@ from muster_api.db.engine import create_engine
 from muster_api.db.migrate import alembic_config, current_revision, downgrade, head_revision, upgrade
 from muster_api.db.models import metadata
 from muster_api.errors import MigrationError
+from muster_api.mesh.search import outside_metadata
 from muster_api.mesh.tables import agents, inbox, messages
 from muster_api.settings import Settings
 
@@ -40,7 +41,10 @@ async def test_upgrade_downgrade_upgrade_and_models_match(empty_db_url: str) -> 
         await upgrade(engine)
         async with engine.connect() as conn:
             diff = await conn.run_sync(
-                lambda c: compare_metadata(MigrationContext.configure(c, opts={"compare_type": True}), metadata)
+                lambda c: compare_metadata(
+                    MigrationContext.configure(c, opts={"compare_type": True, "include_name": outside_metadata}),
+                    metadata,
+                )
             )
         assert diff == [], f"models and migrations disagree: {diff}"
     finally:

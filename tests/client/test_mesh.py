@@ -116,3 +116,18 @@ async def test_async_long_poll_and_stream(service: ServerProcess, name: str) -> 
                     break
             await stream.aclose()
         assert streamed == ["live one", "live two"]
+
+
+def test_search_mine_and_all(service: ServerProcess, name: str) -> None:
+    with (
+        MusterClient(service.base_url, api_key=API_KEY) as alice,
+        MusterClient(service.base_url, api_key=API_KEY) as bob,
+    ):
+        alice.checkin(f"{name}-alice", confirm=True)
+        bob.checkin(f"{name}-bob", confirm=True)
+        sent = alice.send(f"{name} release notes drafted", to=f"{name}-bob", thread_id="rel", confirm=True)
+        assert isinstance(sent, SendResult)
+        [hit] = bob.search(f"{name} drafted").hits
+        assert (hit.message_id, hit.sender, hit.thread_id) == (sent.message_id, f"{name}-alice", "rel")
+        assert "«drafted»" in hit.snippet
+        assert [h.message_id for h in alice.search(name, view="all").hits] == [sent.message_id]

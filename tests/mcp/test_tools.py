@@ -80,6 +80,7 @@ async def test_tools_list_with_exact_schemas(service: ServerProcess, tmp_path: P
             "agent_send",
             "agent_inbox",
             "agent_checkout",
+            "mesh_search",
             "claim_paths",
             "release_paths",
             "check_paths",
@@ -164,6 +165,10 @@ async def test_two_agents_talk_and_a_restart_keeps_the_identity(
             assert [m.body for m in as_bob.inbox().messages] == ["second"]
             assert (await call(b, "agent_send", to=alice, body="thanks", confirm=True)).startswith("Stored in 1")
             assert as_bob.inbox().messages == [], "acknowledged beside bob's send"
+            found = await call(b, "mesh_search", q="mallory FAKE")
+            assert found.startswith("1 message(s), best first:") and f"from {alice}" in found, found
+            assert "«mallory»" in found and "«fake»" in found
+            assert "No message" in await call(b, "mesh_search", q="nowhere")
 
         # A second server on the same machine cannot act as alice while the first one is.
         async with mcp_agent(service.base_url, tmp_path / "a") as twin:

@@ -49,6 +49,8 @@ from muster_client.models import (
     Run,
     RunEvent,
     RunPage,
+    SearchHit,
+    SearchPage,
     SendPreview,
     SendResult,
 )
@@ -90,6 +92,8 @@ __all__ = [
     "Run",
     "RunEvent",
     "RunPage",
+    "SearchHit",
+    "SearchPage",
     "SendPreview",
     "SendResult",
     "ServerError",

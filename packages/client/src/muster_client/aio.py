@@ -31,6 +31,7 @@ from muster_client.models import (
     Run,
     RunEvent,
     RunPage,
+    SearchPage,
     SendPreview,
     SendResult,
 )
@@ -173,6 +174,13 @@ class AsyncMusterClient(ClientCore):
     async def inbox(self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0) -> InboxPage:
         """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored."""
         return await self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
+
+    async def search(
+        self, q: str, *, view: str = "mine", limit: int | None = None, cursor: str | None = None
+    ) -> SearchPage:
+        """Full-text search: ``mine`` over what this agent sent and received (its token), ``all`` over every message
+        (the overseer's view, for holders of the service's API key)."""
+        return await self.call(calls.search(q, view=view, limit=limit, cursor=cursor))
 
     async def ack(
         self, cursor: int, *, confirm: bool = False, idempotency_key: str | None = None

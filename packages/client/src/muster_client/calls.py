@@ -29,6 +29,7 @@ from muster_client.models import (
     Ready,
     Run,
     RunPage,
+    SearchPage,
     SendPreview,
     SendResult,
 )
@@ -180,6 +181,13 @@ def inbox(*, after: int | None, limit: int | None, wait_seconds: float) -> Call[
     if wait_seconds:
         params["wait_seconds"] = wait_seconds
     return Call("GET", "/mesh/inbox", model(InboxPage), params=params, as_agent=True, hold=wait_seconds)
+
+
+def search(q: str, *, view: str, limit: int | None, cursor: str | None) -> Call[SearchPage]:
+    params = {"q": q, **given(limit=limit, cursor=cursor)}
+    if view != "mine":
+        params["view"] = view
+    return Call("GET", "/mesh/search", model(SearchPage), params=params, as_agent=view == "mine")
 
 
 def ack(cursor: int, *, confirm: bool, idempotency_key: str | None) -> Call[AckPreview | AckResult]:

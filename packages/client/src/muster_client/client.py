@@ -32,6 +32,7 @@ from muster_client.models import (
     Run,
     RunEvent,
     RunPage,
+    SearchPage,
     SendPreview,
     SendResult,
 )
@@ -174,6 +175,11 @@ class MusterClient(ClientCore):
     def inbox(self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0) -> InboxPage:
         """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored."""
         return self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
+
+    def search(self, q: str, *, view: str = "mine", limit: int | None = None, cursor: str | None = None) -> SearchPage:
+        """Full-text search: ``mine`` over what this agent sent and received (its token), ``all`` over every message
+        (the overseer's view, for holders of the service's API key)."""
+        return self.call(calls.search(q, view=view, limit=limit, cursor=cursor))
 
     def ack(self, cursor: int, *, confirm: bool = False, idempotency_key: str | None = None) -> AckPreview | AckResult:
         return self.call(calls.ack(cursor, confirm=confirm, idempotency_key=idempotency_key))

@@ -100,6 +100,24 @@ class InboxPage(Answer):
     has_more: bool
 
 
+class SearchHit(Answer):
+    """A message found by ``search``: ``snippet`` marks each matched word between « and »."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    thread_id: str | None = None
+    sent_at: datetime
+    snippet: str
+    score: float
+
+
+class SearchPage(Answer):
+    hits: list[SearchHit]
+    next_cursor: str | None = None
+
+
 class AckPreview(Answer):
     preview: Literal[True] = True
     action: Literal["ack"] = "ack"

@@ -8,7 +8,8 @@ MeshError                      root: anything the mesh refuses
 │   │   └── Superseded         the token's session was taken over by a check-in with ``takeover``
 │   └── LeaseExpired           the token's session lease ran out (or it checked out): check in anew
 ├── Forbidden                  credentials of someone else (403)
-│   └── NotTheHolder           check-in of a live agent_id with another session's token
+│   ├── NotTheHolder           check-in of a live agent_id with another session's token
+│   └── OverseerOnly           a view of every agent's messages, asked where the service does not open it
 ├── AgentNotFound              no agent with this agent_id (404)
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
@@ -104,6 +105,10 @@ class NotTheHolder(Forbidden):
             "another session",
             agent_id=agent_id,
         )
+
+
+class OverseerOnly(Forbidden):
+    code = "overseer_only"
 
 
 class AgentNotFound(MeshError):

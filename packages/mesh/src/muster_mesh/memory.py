@@ -23,6 +23,7 @@ from muster_mesh.records import (
     SweepPolicy,
     SweepReport,
 )
+from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
 
 
 class _State:
@@ -272,6 +273,24 @@ class InMemoryMeshStore:
     def __init__(self) -> None:
         self._state = _State()
         self._lock = anyio.Lock()
+
+    async def search_messages(self, query: SearchQuery) -> list[SearchRow]:
+        """``SearchStore``: every message scanned; the score is how often the terms occur."""
+        s = self._state
+        visible = None if query.viewer is None else set(s.inbox.get(query.viewer, ([], []))[1])
+        found: list[SearchRow] = []
+        for m in s.messages.values():
+            if visible is not None and m.sender != query.viewer and m.message_id not in visible:
+                continue
+            words = matching_words(m.body, query.terms)
+            if words is None:
+                continue
+            score = float(sum(1 for w in words if w in query.terms))
+            snippet = plain_snippet(m.body, query.terms)
+            found.append(SearchRow(m.message_id, m.sender, m.thread_id, m.sent_at, snippet, score))
+        found.sort(key=lambda r: r.message_id)
+        found.sort(key=lambda r: (r.score, r.sent_at), reverse=True)
+        return found[query.offset : query.offset + query.limit]
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int

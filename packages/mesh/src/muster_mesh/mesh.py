@@ -780,6 +780,14 @@ class Mesh:
             agent = await self._caller(tx, token, self._now(), renew=True)
         return agent.last_seq - agent.read_cursor
 
+    async def whoami(self, *, token: str | None) -> AgentView:
+        """The caller's own agent (for calls the mesh answers beside its tools, such as search); renews the lease
+        like any call."""
+        now = self._now()
+        async with self.store.transaction() as tx:
+            agent = await self._caller(tx, token, now, renew=True)
+        return view(agent, now)
+
     async def ack(
         self, request: AckRequest, *, token: str | None, idempotency_key: str | None = None
     ) -> AckPreview | AckResult:

@@ -191,12 +191,26 @@ async def dispatch_status(session: AgentSession, arguments: dict[str, Any]) -> s
     return run_words(await session.client.run(args.run_id))
 
 
+async def mesh_search(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.SearchArgs.model_validate(arguments)
+    session.require()
+    page = await session.client.search(args.q, limit=args.limit)
+    if not page.hits:
+        return f"No message you sent or received holds every word of {words.quoted(args.q)}."
+    at = now()
+    lines = [f"{len(page.hits)} message(s), best first:", *(words.hit_line(h, at) for h in page.hits)]
+    if page.next_cursor:
+        lines.append("More match: add words to narrow the search.")
+    return "\n".join(lines)
+
+
 MESH_HANDLERS: dict[str, Handler] = {
     tools.CHECKIN: checkin,
     tools.LIST: agents_list,
     tools.SEND: agent_send,
     tools.INBOX: agent_inbox,
     tools.CHECKOUT: agent_checkout,
+    tools.SEARCH: mesh_search,
     tools.DISPATCH_RUN: dispatch_run,
     tools.DISPATCH_STATUS: dispatch_status,
     **claim_handlers.HANDLERS,

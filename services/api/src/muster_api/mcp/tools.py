@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from muster_api.mcp import claim_tools
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
 from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, Label, Repo
+from muster_mesh.search import DEFAULT_SEARCH_PAGE, MAX_QUERY_CHARS, MAX_SEARCH_PAGE
 from muster_mesh.wake import WAKE_TEMPLATE
 
 CHECKIN = "agent_checkin"
@@ -22,9 +23,10 @@ LIST = "agents_list"
 SEND = "agent_send"
 INBOX = "agent_inbox"
 CHECKOUT = "agent_checkout"
+SEARCH = "mesh_search"
 DISPATCH_RUN = "dispatch_run"
 DISPATCH_STATUS = "dispatch_status"
-MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT)
+MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT, SEARCH)
 OWN_TOOLS = (*MESH_TOOLS, *claim_tools.CLAIM_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
 
 
@@ -127,6 +129,12 @@ CHECKOUT_ABOUT = (
     "only previews. Check in again to come back (a new session with an empty inbox)."
 )
 
+SEARCH_ABOUT = (
+    "Search the messages you sent and received (including those already read) for words: a message matches when it "
+    "holds every word, in any order or case. Best matches first, each with its sender, thread, age and a snippet "
+    "marking the words found between « and ». Needs a check-in; renews your presence."
+)
+
 CONFIRM = {"type": "boolean", "description": "Must be true to act; otherwise the answer is a preview."}
 LIST_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -166,6 +174,20 @@ INBOX_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 CHECKOUT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {"confirm": CONFIRM}, "additionalProperties": False}
+SEARCH_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "q": {"type": "string", "maxLength": MAX_QUERY_CHARS, "description": "The words to look for."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": MAX_SEARCH_PAGE,
+            "description": f"At most this many ({DEFAULT_SEARCH_PAGE}).",
+        },
+    },
+    "required": ["q"],
+    "additionalProperties": False,
+}
 
 DISPATCH_RUN_ABOUT = (
     "Dispatch a turn of work to a configured agent of the Muster service (a coding-agent CLI, a custom agent or a "
@@ -211,6 +233,7 @@ MESH_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     SEND: (SEND_ABOUT, SEND_SCHEMA),
     INBOX: (INBOX_ABOUT, INBOX_SCHEMA),
     CHECKOUT: (CHECKOUT_ABOUT, CHECKOUT_SCHEMA),
+    SEARCH: (SEARCH_ABOUT, SEARCH_SCHEMA),
 }
 OWN_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     **MESH_SCHEMAS,
@@ -257,6 +280,11 @@ class InboxArgs(Arguments):
 
 class CheckoutArgs(Arguments):
     confirm: bool = False
+
+
+class SearchArgs(Arguments):
+    q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    limit: int = Field(default=DEFAULT_SEARCH_PAGE, ge=1, le=MAX_SEARCH_PAGE)
 
 
 class A2AArgs(Arguments):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from muster_client import AgentView, InboxMessage
+from muster_client import AgentView, InboxMessage, SearchHit
 
 
 def quoted(text: str) -> str:
@@ -53,6 +53,12 @@ def message_line(message: InboxMessage, now: datetime) -> str:
     thread = f", thread {quoted(message.thread_id)}" if message.thread_id else ""
     age = duration((now - message.sent_at).total_seconds())
     return f"#{message.seq} from {message.sender}{thread}, {age} ago: {quoted(message.body)}"
+
+
+def hit_line(hit: SearchHit, now: datetime) -> str:
+    thread = f", thread {quoted(hit.thread_id)}" if hit.thread_id else ""
+    age = duration((now - hit.sent_at).total_seconds())
+    return f"- {hit.message_id} from {hit.sender}{thread}, {age} ago: {quoted(hit.snippet)}"
 
 
 def record_summary(agent: AgentView, now: datetime) -> str:

@@ -7,6 +7,7 @@ from sqlalchemy.engine import Connection
 
 from muster_api.db.dialect import dialect_of
 from muster_api.db.models import metadata
+from muster_api.mesh.search import outside_metadata
 
 connection: Connection | None = context.config.attributes.get("connection")
 if connection is None:
@@ -17,6 +18,7 @@ context.configure(
     target_metadata=metadata,
     render_as_batch=dialect_of(connection).batch_migrations,
     compare_type=True,
+    include_name=outside_metadata,
 )
 with context.begin_transaction():
     context.run_migrations()

@@ -1,0 +1,131 @@
+"""The mesh's message search in SQL: SQLite FTS5 and PostgreSQL ``tsvector`` with a GIN index.
+
+Neither store writes the index itself. On SQLite, ``mesh_messages_fts`` is an external-content FTS5 table over
+``mesh_messages`` (keyed by its rowid), kept by triggers on the table's INSERT, UPDATE and DELETE; on PostgreSQL,
+``mesh_messages.search_doc`` is a generated column (indexed by GIN). So every statement that stores or deletes a
+message, the hot send paths and the sweeper's retention included, updates the index in the same statement: there is
+no second write path. Both cut words alike (runs of letters and digits, case-folded, diacritics kept), as
+``muster_mesh.search`` does; the schema is made by the migration ``0007_mesh_search``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import Float, String, TextualSelect, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from muster_api.db.dialect import Dialect
+from muster_api.db.schema import UTCDateTime
+from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow
+
+# The database objects that stand beside the service's MetaData (what autogenerate must not compare): the FTS5 table
+# and the shadow tables it owns on SQLite, the generated column and its index on PostgreSQL.
+SEARCH_TABLE_PREFIX = "mesh_messages_fts"
+SEARCH_COLUMN = "search_doc"
+SEARCH_INDEX = "ix_mesh_messages_search_doc"
+
+_VISIBLE = (
+    " AND (m.sender = :viewer OR m.message_id IN (SELECT i.message_id FROM mesh_inbox i WHERE i.recipient = :viewer))"
+)
+_ORDER = " ORDER BY score DESC, sent_at DESC, message_id"
+
+
+def outside_metadata(name: str | None, type_: str, parent_names: Any) -> bool:
+    """False for the search index's objects (an Alembic ``include_name`` hook), True for everything else."""
+    if name is None:
+        return True
+    if type_ == "table":
+        return not name.startswith(SEARCH_TABLE_PREFIX)
+    return name not in (SEARCH_COLUMN, SEARCH_INDEX)
+
+
+def _typed(sql: str) -> TextualSelect:
+    return text(sql).columns(
+        message_id=String, sender=String, thread_id=String, sent_at=UTCDateTime, snippet=String, score=Float
+    )
+
+
+class SqlMessageSearch:
+    """``muster_mesh.search.SearchStore`` on one database: two statements built once, for an agent and for all."""
+
+    statement_for_viewer: ClassVar[TextualSelect]
+    statement_for_all: ClassVar[TextualSelect]
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @staticmethod
+    def match(terms: tuple[str, ...]) -> str:
+        raise NotImplementedError
+
+    async def search_messages(self, query: SearchQuery) -> list[SearchRow]:
+        params: dict[str, Any] = {"match": self.match(query.terms), "limit": query.limit, "offset": query.offset}
+        stmt = self.statement_for_all
+        if query.viewer is not None:
+            stmt = self.statement_for_viewer
+            params["viewer"] = query.viewer
+        async with self.engine.connect() as conn:
+            rows = (await conn.execute(stmt, params)).all()
+        return [
+            SearchRow(r.message_id, r.sender, r.thread_id, r.sent_at, r.snippet or "", float(r.score)) for r in rows
+        ]
+
+
+def _sqlite(visible: str) -> TextualSelect:
+    # Built from this module's constants only, once: every value the caller gives is a bound parameter.
+    return _typed(
+        "SELECT m.message_id AS message_id, m.sender AS sender, m.thread_id AS thread_id, m.sent_at AS sent_at, "  # noqa: S608
+        f"snippet(mesh_messages_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) AS snippet, "
+        "-bm25(mesh_messages_fts) AS score "
+        "FROM mesh_messages_fts JOIN mesh_messages m ON m.rowid = mesh_messages_fts.rowid "
+        f"WHERE mesh_messages_fts MATCH :match{visible}{_ORDER} LIMIT :limit OFFSET :offset"
+    )
+
+
+class SqliteMessageSearch(SqlMessageSearch):
+    statement_for_viewer = _sqlite(_VISIBLE)
+    statement_for_all = _sqlite("")
+
+    @staticmethod
+    def match(terms: tuple[str, ...]) -> str:
+        # Each word a quoted FTS5 string (words hold letters and digits only): side by side, all must match.
+        return " ".join(f'"{t}"' for t in terms)
+
+
+_HEADLINE = f"StartSel={MARK_OPEN}, StopSel={MARK_CLOSE}, MaxWords={SNIPPET_WORDS}, MinWords=5, ShortWord=0"
+
+
+def _postgres(visible: str) -> TextualSelect:
+    # The page is chosen first and only its rows are given a headline (ts_headline re-parses the whole body).
+    return _typed(
+        "WITH q AS (SELECT to_tsquery('simple', :match) AS q), page AS ("  # noqa: S608
+        "SELECT m.message_id, m.sender, m.thread_id, m.sent_at, m.body, ts_rank_cd(m.search_doc, q.q) AS score "
+        f"FROM mesh_messages m, q WHERE m.search_doc @@ q.q{visible}{_ORDER} LIMIT :limit OFFSET :offset) "
+        "SELECT page.message_id AS message_id, page.sender AS sender, page.thread_id AS thread_id, "
+        f"page.sent_at AS sent_at, ts_headline('simple', page.body, q.q, '{_HEADLINE}') AS snippet, "
+        f"page.score AS score FROM page, q{_ORDER}"
+    )
+
+
+class PostgresMessageSearch(SqlMessageSearch):
+    statement_for_viewer = _postgres(_VISIBLE)
+    statement_for_all = _postgres("")
+
+    @staticmethod
+    def match(terms: tuple[str, ...]) -> str:
+        return " & ".join(f"'{t}'" for t in terms)
+
+
+def make_search(engine: AsyncEngine, dialect: Dialect) -> SqlMessageSearch:
+    search_class: type[SqlMessageSearch] = dialect.pick(sqlite=SqliteMessageSearch, postgresql=PostgresMessageSearch)
+    return search_class(engine)
+
+
+__all__ = [
+    "PostgresMessageSearch",
+    "SqlMessageSearch",
+    "SqliteMessageSearch",
+    "make_search",
+    "outside_metadata",
+]
