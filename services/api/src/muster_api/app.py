@@ -23,8 +23,8 @@ from muster_api.mesh import component as mesh_component
 from muster_api.mesh.backlog import router as backlog_router
 from muster_api.mesh.claims_routes import router as claims_router
 from muster_api.mesh.routes import router as mesh_router
-from muster_api.mesh.tasks_routes import router as tasks_router
 from muster_api.mesh.search_routes import router as search_router
+from muster_api.mesh.tasks_routes import router as tasks_router
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents

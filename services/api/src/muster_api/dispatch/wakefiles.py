@@ -26,6 +26,10 @@ STEP_MS = 2
 """How often watchfiles' thread looks at what the notifications gathered: a wake-up lands within two steps of its
 touch (it waits one quiet step for a burst to end). A smaller step costs an idle process more wake-ups of that
 thread; a larger one is added to every run event a reader on another process waits for."""
+RETURN_MS = 200
+"""How long watchfiles' thread waits for a change before it returns to the loop. A cancelled watch ends only when
+that thread returns (its stop event is set after the wait, not during it): with watchfiles' default of 5 s, every
+shutdown of a process waited that long while the rest of it (an A2A call it follows) went on working."""
 
 
 class WakeFiles:
@@ -48,7 +52,9 @@ class WakeFiles:
     async def watch(self, wake: Callable[[str], None], *, task_status: TaskStatus[None]) -> None:
         """Call ``wake(kind)`` for the touches of every process, until cancelled; started once watching."""
         self.directory.mkdir(exist_ok=True)
-        changes = awatch(self.directory, watch_filter=None, debounce=STEP_MS, step=STEP_MS, recursive=False)
+        changes = awatch(
+            self.directory, watch_filter=None, debounce=STEP_MS, step=STEP_MS, rust_timeout=RETURN_MS, recursive=False
+        )
         watching = False
         first = anext(changes)
         async with anyio.create_task_group() as group:
