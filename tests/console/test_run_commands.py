@@ -87,3 +87,14 @@ def test_a_failed_run_is_one_line_and_a_non_zero_status(dispatching: tuple[Path,
     assert failed.err.count("\n") == 1
     unknown = piped(env, "run", "nobody", "x")
     assert unknown.code == 1 and unknown.err.startswith("muster: ") and "Traceback" not in unknown.err
+
+
+def test_a_run_into_a_new_workspace_says_where_it_is(dispatching: tuple[Path, Any, dict[str, str]]) -> None:
+    workspaces, _http, env = dispatching
+    assert not (workspaces / "brand-new").exists()
+    queued = piped(env, "run", "fast", "hello", "--workspace", "brand-new")
+    assert queued.code == 0, queued.err
+    where = workspaces.resolve() / "brand-new"
+    assert f"workspace brand-new: {where}\n" in queued.out and where.is_dir()
+    followed = piped(env, "run", "fast", "again", "--workspace", "other-new", "--follow")
+    assert followed.code == 0 and f"workspace other-new: {workspaces.resolve() / 'other-new'}" in followed.out

@@ -100,6 +100,13 @@ class Run(BaseModel):
         return self.status in FINISHED
 
 
+class RunAccepted(Run):
+    """The answer to a new run: the run, and where its workspace is on the service's machine (created by the
+    request when it was missing), so that a person who named a new workspace learns where to find it."""
+
+    workspace_path: str
+
+
 class RunPage(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -13,7 +13,17 @@ from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
-from muster_api.dispatch.models import ID_PATTERN, MAX_PAGE, AgentOut, AgentsOut, Run, RunIn, RunPage, SteerIn
+from muster_api.dispatch.models import (
+    ID_PATTERN,
+    MAX_PAGE,
+    AgentOut,
+    AgentsOut,
+    Run,
+    RunAccepted,
+    RunIn,
+    RunPage,
+    SteerIn,
+)
 from muster_api.dispatch.runs import cancel_run, create_run, steer_run
 from muster_api.web.deps import DispatchDep
 from muster_api.web.jsonbody import StrictJsonRoute
@@ -68,13 +78,11 @@ async def reload_agents(state: DispatchDep) -> AgentsOut:
     return agents_out(state)
 
 
-def _accepted(run: Run) -> JSONResponse:
-    return JSONResponse(run.model_dump(mode="json"), status_code=202, headers={"Location": f"/dispatch/runs/{run.id}"})
-
-
-@router.post("/runs", status_code=202, response_model=Run, responses=POST_ERRORS)
+@router.post("/runs", status_code=202, response_model=RunAccepted, responses=POST_ERRORS)
 async def post_run(body: RunIn, state: DispatchDep) -> JSONResponse:
-    return _accepted(await create_run(state, body))
+    run = await create_run(state, body)
+    answer = {**run.model_dump(mode="json"), "workspace_path": str(state.settings.workspaces_root / run.workspace)}
+    return JSONResponse(answer, status_code=202, headers={"Location": f"/dispatch/runs/{run.id}"})
 
 
 @router.get("/runs")

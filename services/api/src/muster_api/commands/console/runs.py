@@ -127,10 +127,13 @@ def start_run(args: argparse.Namespace, out: Output) -> int:
     with MusterClient(args.url) as client:
         run = client.call(Call("POST", "/dispatch/runs", _object, body=body))
         if args.follow:
+            if not out.as_json:
+                out.line(f"workspace {inert(run['workspace'])}: {inert(run.get('workspace_path'))}", "dim")
             return follow(out, client, run)
     if out.as_json:
         out.json(run)
     else:
         out.line(f"queued run {inert(run['id'])} on {inert(run['agent'])}", "bold")
+        out.line(f"  workspace {inert(run['workspace'])}: {inert(run.get('workspace_path'))}", "dim")
         out.line(f"  follow it: muster run … --follow, or the dashboard at {client.url}/#/runs/{run['id']}", "dim")
     return 0
