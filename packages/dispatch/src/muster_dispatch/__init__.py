@@ -17,7 +17,14 @@ from muster_dispatch.decode import decode_events, decode_transcript
 from muster_dispatch.errors import ERROR_CODES, DispatchError, ReplayDivergence
 from muster_dispatch.events import EVENT_TYPES, AgentEvent
 from muster_dispatch.faults import QuotaFault, UnavailableFault, parse_reset, quota_fault, unavailable_fault
-from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harness import (
+    AgentConfiguration,
+    Bootstrap,
+    Command,
+    CredentialPlan,
+    Harness,
+    credential_source,
+)
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
 from muster_dispatch.harnesses.opencode import opencode_harness
@@ -26,7 +33,6 @@ from muster_dispatch.host_login import (
     HostLogin,
     LoginFile,
     copy_login,
-    credential_source,
     default_host_home,
     write_back,
 )

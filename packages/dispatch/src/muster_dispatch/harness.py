@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from muster_dispatch.events import AgentEvent
-from muster_dispatch.host_login import HostLogin
+from muster_dispatch.host_login import HostLogin, login_source
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.usage import Usage
 
@@ -105,3 +105,13 @@ class Harness:
     def request(self, input: AgentInput, *, model: str | None = None, executable: str | None = None) -> Command:
         program = executable or self.executable or (self.bootstrap.binary if self.bootstrap else self.name)
         return self.request_fn(input, model, program)
+
+
+def credential_source(plan: CredentialPlan, host_home: Path) -> str | None:
+    """Where an agent's credentials come from, for people (``key variable ANTHROPIC_API_KEY``, ``host login
+    ~/.codex/auth.json``); None when it has none. Names only, never a value."""
+    if plan.variables:
+        return "key variable " + ", ".join(sorted(plan.variables))
+    if plan.host_login is not None:
+        return login_source(plan.host_login, host_home)
+    return None

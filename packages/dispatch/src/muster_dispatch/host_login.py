@@ -26,12 +26,9 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from muster_dispatch.errors import DispatchError
-
-if TYPE_CHECKING:
-    from muster_dispatch.harness import CredentialPlan
 
 HOST_HOME_VARIABLE = "MUSTER_HOST_HOME"
 FILE_MODE = 0o600
@@ -84,16 +81,6 @@ def login_source(login: HostLogin, host_home: Path) -> str | None:
             return None
     required = [file.host for file in login.files if file.required]
     return "host login " + ", ".join(f"~/{path}" for path in required)
-
-
-def credential_source(plan: CredentialPlan, host_home: Path) -> str | None:
-    """Where an agent's credentials come from, for people (``key variable ANTHROPIC_API_KEY``, ``host login
-    ~/.codex/auth.json``); None when it has none. Names only, never a value."""
-    if plan.variables:
-        return "key variable " + ", ".join(sorted(plan.variables))
-    if plan.host_login is not None:
-        return login_source(plan.host_login, host_home)
-    return None
 
 
 def missing_files(login: HostLogin, host_home: Path) -> list[str]:

@@ -5,18 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from muster_api.db.dialect import Dialect
 from muster_api.mesh.claims_tables import claim_repos, claims
 from muster_api.mesh.tables import agents
 from muster_api.mesh.tasks_tables import tasks
 from muster_mesh.claims import ClaimRecord
 
-if TYPE_CHECKING:
-    from muster_api.mesh.store import SqlMeshStore
+
+class HasDialect(Protocol):
+    """What these statements need of the store they run in (the store itself mixes them into its transaction, so
+    naming the store here would make a cycle)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
 
 LIVE = (
     select(claims)
@@ -43,7 +50,7 @@ class SqlClaims:
     """Path claims on ``mesh_claims``; a grant locks its repository's row of ``mesh_claim_repos`` first."""
 
     _conn: AsyncConnection
-    _store: SqlMeshStore
+    _store: HasDialect
 
     async def lock_repo_claims(self, repo: str) -> None:
         dialect = self._store.dialect

@@ -330,6 +330,8 @@ class TransactionNotifier(Protocol):
 class SqlMeshTx(SqlClaims, SqlTasks):
     """The portable statements of one mesh transaction. Subclasses replace a method only for a measured fast path."""
 
+    _store: SqlMeshStore  # the mixins need only its dialect; everything here needs more of it
+
     def __init__(self, conn: AsyncConnection, store: SqlMeshStore) -> None:
         self._conn = conn
         self._store = store

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, case, exists, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from muster_api.mesh.claims_store import HasDialect
 from muster_api.mesh.tables import agents
 from muster_api.mesh.tasks_tables import task_events, tasks
 from muster_mesh.tasks import Claimant, TaskEvent, TaskRecord
-
-if TYPE_CHECKING:
-    from muster_api.mesh.store import SqlMeshStore
 
 c = tasks.c
 
@@ -68,7 +66,7 @@ def _holder_lapsed(now: datetime) -> ColumnElement[bool]:
 
 class SqlTasks:
     _conn: AsyncConnection
-    _store: SqlMeshStore
+    _store: HasDialect
 
     async def insert_task(self, record: TaskRecord) -> None:
         await self._conn.execute(
