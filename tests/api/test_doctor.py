@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from muster_dispatch.bootstrap import default_cache_dir
+from tests.dispatch.conftest import installed_clis  # noqa: F401  (a fixture, by name)
 from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, make_host_home
 from tests.support.net import free_port
 
@@ -37,6 +40,8 @@ def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {row["check"]: row for row in report["rows"]}
 
 
+# All well needs the pinned CLIs in the cache: on a fresh clone nothing has put them there before this test.
+@pytest.mark.usefixtures("installed_clis")
 def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path, db_url: str) -> None:
     code, report, table = doctor(tmp_path, db_url)
     assert code == 0 and report["ok"], report
