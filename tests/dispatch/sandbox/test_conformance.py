@@ -1,4 +1,5 @@
-"""The sandbox provider conformance suite, run on every provider with real processes (bwrap: real namespaces)."""
+"""The sandbox provider conformance suite, run on every provider with real processes (bwrap: real namespaces;
+podman and docker: real containers)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from muster_dispatch import BwrapProvider, DispatchError, LocalProvider
 from muster_dispatch.sandbox import SandboxProvider
 from muster_dispatch.testing import PROVIDER_CHECKS, ProviderFactory
+from tests.dispatch.sandbox.conftest import ProviderMaker
 
 pytestmark = pytest.mark.anyio
 
@@ -31,6 +33,11 @@ async def test_provider_conformance(kind: str, check: str, tmp_path: Path) -> No
     if kind == "bwrap" and shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap)")
     await PROVIDER_CHECKS[check](FACTORIES[kind], tmp_path)
+
+
+@pytest.mark.parametrize("check", sorted(PROVIDER_CHECKS))
+async def test_container_provider_conformance(check: str, make_container: ProviderMaker, tmp_path: Path) -> None:
+    await PROVIDER_CHECKS[check](make_container, tmp_path)
 
 
 async def test_a_missing_bwrap_is_a_one_line_configuration_error(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from muster_dispatch.agents import (
 )
 from muster_dispatch.bootstrap import CliStatus, cli_status, ensure_cli, harness_status, known_harnesses
 from muster_dispatch.bwrap_provider import BwrapProvider
+from muster_dispatch.container_provider import DockerProvider, PodmanProvider
 from muster_dispatch.conversations import ConversationStore, DirectoryConversationStore, MemoryConversationStore
 from muster_dispatch.decode import decode_events, decode_transcript
 from muster_dispatch.errors import ERROR_CODES, DispatchError, ReplayDivergence
@@ -66,6 +67,7 @@ __all__ = [
     "DirectoryConversationStore",
     "Dispatch",
     "DispatchError",
+    "DockerProvider",
     "FallbackAgent",
     "Harness",
     "HostLogin",
@@ -75,6 +77,7 @@ __all__ = [
     "LoginFile",
     "MemoryConversationStore",
     "Observation",
+    "PodmanProvider",
     "QuotaFault",
     "RecordedTurn",
     "ReplayAgent",

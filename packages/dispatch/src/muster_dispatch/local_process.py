@@ -129,8 +129,10 @@ async def spawn(
     stdin: bool,
     new_session: bool,
     marker: str | None,
+    kind: type[LocalProcess] = LocalProcess,
 ) -> LocalProcess:
-    """Start ``argv`` in its own process group (and session when ``new_session``); raises ``OSError``."""
+    """Start ``argv`` in its own process group (and session when ``new_session``) as a ``kind``; raises
+    ``OSError``."""
     popen = _popen(argv, cwd=cwd, env=env, stdin=stdin, new_session=new_session)
     loop = asyncio.get_running_loop()
     transports: list[asyncio.BaseTransport] = []
@@ -150,7 +152,7 @@ async def spawn(
             os.killpg(popen.pid, signal.SIGKILL)
         threading.Thread(target=popen.wait, daemon=True).start()
         raise
-    return LocalProcess(popen, stdout, stderr, writer, transports, marker)
+    return kind(popen, stdout, stderr, writer, transports, marker)
 
 
 def _popen(

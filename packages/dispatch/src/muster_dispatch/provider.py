@@ -151,24 +151,9 @@ class LocalProvider:
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
         marker = secrets.token_hex(8)
-        try:
-            handle = await spawn(
-                self.argv(command, sandbox),
-                cwd=sandbox.workspace,
-                env={**env, RUN_VARIABLE: marker},
-                stdin=command.stdin is not None,
-                new_session=has_terminal(),
-                marker=marker,
-            )
-        except OSError as exc:
-            raise DispatchError("process", f"cannot start {command.program}: {exc.strerror or exc}", cause=exc) from exc
-        if command.stdin is not None:
-            # If the process died at once, its exit code and stderr tell why.
-            with contextlib.suppress(DispatchError, ConnectionError):
-                await handle.write(command.stdin)
-            if not command.keep_stdin:
-                handle.close_stdin()
-        return handle
+        return await launch(
+            command, self.argv(command, sandbox), sandbox.workspace, {**env, RUN_VARIABLE: marker}, marker
+        )
 
     def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
         """The command line that runs ``command`` in the sandbox (on the host: the command itself)."""
@@ -194,6 +179,36 @@ class LocalProvider:
         """Forget the sandboxes (their homes stay on disk for a later warm resume)."""
         self._sandboxes.clear()
         self._configured.clear()
+
+
+async def launch(
+    command: Command,
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    marker: str,
+    kind: type[LocalProcess] = LocalProcess,
+) -> LocalProcess:
+    """Start ``argv`` (which runs ``command``) as a ``kind`` and hand it the command's standard input."""
+    try:
+        handle = await spawn(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=command.stdin is not None,
+            new_session=has_terminal(),
+            marker=marker,
+            kind=kind,
+        )
+    except OSError as exc:
+        raise DispatchError("process", f"cannot start {command.program}: {exc.strerror or exc}", cause=exc) from exc
+    if command.stdin is not None:
+        # If the process died at once, its exit code and stderr tell why.
+        with contextlib.suppress(DispatchError, ConnectionError):
+            await handle.write(command.stdin)
+        if not command.keep_stdin:
+            handle.close_stdin()
+    return handle
 
 
 def has_terminal() -> bool:

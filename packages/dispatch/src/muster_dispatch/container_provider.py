@@ -1,0 +1,288 @@
+"""``PodmanProvider`` and ``DockerProvider``: every run in a container of its own.
+
+One container per run (``run --rm``), not one per workspace kept between turns: the container IS the run, so a kill
+removes it and everything in it, no state of one turn outlives it but what is in the mounted workspace and home, and
+a turn pays one container start (a few hundred ms), about what an ``exec`` into a kept container costs anyway.
+
+Each container: ``--network none`` (a host service is reached only through a unix socket bridged onto the container's
+own loopback, ``bridges``), a read-only root, every capability dropped, ``no-new-privileges``, an init as pid 1, the
+caller's uid. The workspace and the private home are mounted read-write at their own paths, the CLI's install
+directory read-only (the image holds Node, not the CLIs: ``container_image``). The environment is exactly the layered
+one: values pass by name through the engine CLI's own environment (not on its command line, where ``ps`` shows them),
+and the variables the engine adds by itself are unset before the program starts.
+
+Stopping: a kill signals the run's processes (found by the run's marker) and removes the container (``rm -f``). The
+engine CLI gets SIGTERM when the worker dies (``setpriv --pdeathsig``), which it passes to the container; a container
+left by a worker killed outright is removed by the next provider on the machine (its name carries its worker's pid
+and start time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import secrets
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from muster_dispatch.bwrap_provider import install_root
+from muster_dispatch.container_image import Engine, image_exists, image_tag, missing_image
+from muster_dispatch.errors import DispatchError
+from muster_dispatch.harness import Command
+from muster_dispatch.local_process import LocalProcess
+from muster_dispatch.processes import RUN_VARIABLE
+from muster_dispatch.provider import LocalProvider, Sandbox, launch
+
+# Variables the engine CLI itself reads: passed into the container by value, the CLI keeping the host's own.
+_ENGINE_NAMES = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "TMPDIR",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "DOCKER_CONTEXT",
+        "CONTAINER_HOST",
+        "CONTAINER_CONNECTION",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+    }
+)
+_ADDED_BY_ENGINE = ("HOSTNAME", "container")
+_NAME_PREFIX = "muster-sbx-"
+_NOFILE, _NPROC = 1 << 20, 32768
+# The image's own directories: a program found there runs from the image, never mounted over it.
+_SYSTEM = frozenset({"/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin"})
+_BRIDGES = "/run/muster"
+# Each bridge: socat listens on the container's loopback port and connects to the mounted socket; the program starts
+# once every port listens (read from /proc/net/tcp: the image has no other tool for it).
+_BRIDGE_SCRIPT = """
+while [ "$1" != -- ]; do
+  socat TCP-LISTEN:"$1",bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:"$2" &
+  port=$(printf '%04X' "$1"); n=0
+  until grep -q ":$port 00000000:0000 0A" /proc/net/tcp; do
+    n=$((n + 1)); [ $n -gt 1000 ] && { echo "muster: bridge to port $1 did not start" >&2; exit 125; }
+    sleep 0.01
+  done
+  shift 2
+done
+shift
+exec "$@"
+"""
+
+
+class ContainerProcess(LocalProcess):
+    """A run's engine CLI; killing it also removes its container."""
+
+    remove_argv: list[str]
+    engine_env: dict[str, str]
+
+    async def kill(self, grace: float = 1.0) -> None:
+        await super().kill(grace)
+        await self.remove()
+
+    def kill_now(self) -> None:
+        super().kill_now()
+        # Not awaited: this runs while being cancelled; a thread reaps the engine CLI.
+        with contextlib.suppress(OSError):
+            remover = subprocess.Popen(
+                self.remove_argv, env=self.engine_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            asyncio.get_running_loop().run_in_executor(None, remover.wait)
+
+    async def remove(self) -> None:
+        remover = await asyncio.create_subprocess_exec(
+            *self.remove_argv, env=self.engine_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        await remover.wait()
+
+
+class ContainerProvider(LocalProvider):
+    """What Podman and Docker share; ``engine_variables``: for the engine CLI only (``DOCKER_HOST``, …)."""
+
+    kind: str = "container"
+    engine: Engine = "podman"
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        variables: Mapping[str, str] | None = None,
+        image: str | None = None,
+        bridges: Mapping[int, Path | str] | None = None,
+        read_only: Sequence[Path | str] = (),
+        executable: str | None = None,
+        engine_variables: Mapping[str, str] | None = None,
+        engine_options: Sequence[str] | None = None,
+        host_home: Path | str | None = None,
+    ) -> None:
+        super().__init__(root, variables=variables, host_home=host_home)
+        self.image = image or image_tag()
+        self.bridges = {int(port): Path(socket) for port, socket in (bridges or {}).items()}
+        self.read_only = tuple(Path(p) for p in read_only)
+        self.executable = executable or self.engine
+        engine_env = {name: value for name, value in os.environ.items() if name in _ENGINE_NAMES}
+        self.engine_env = {**engine_env, **(engine_variables or {})}
+        self.engine_options = list(engine_options if engine_options is not None else self.default_engine_options())
+        self._cli: str | None = None
+
+    def sandbox(self, workspace: Path) -> Sandbox:
+        if self._cli is None:
+            cli = self._find()
+            if not image_exists(cli, self.image, self.engine_env):
+                raise missing_image(self.engine, self.image)
+            remove_orphans(cli, self.engine_env)
+            self._cli = cli
+        return super().sandbox(workspace)
+
+    async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        self.sandbox(sandbox.workspace)
+        marker = secrets.token_hex(8)
+        inner = {**env, RUN_VARIABLE: marker}
+        name = f"{_NAME_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-{marker}"
+        assert self._cli is not None
+        argv = [*_pdeathsig(), self._cli, *self.engine_options, "run", *self.run_options(command, sandbox, inner)]
+        argv += ["--name", name, self.image, *self.inner_argv(command, inner)]
+        cli_env = {**{k: v for k, v in inner.items() if k not in _ENGINE_NAMES}, **self.engine_env}
+        handle = await launch(command, argv, sandbox.workspace, cli_env, marker, kind=ContainerProcess)
+        assert isinstance(handle, ContainerProcess)
+        handle.remove_argv = [self._cli, *self.engine_options, *self.remove_options(), name]
+        handle.engine_env = self.engine_env
+        return handle
+
+    def default_engine_options(self) -> list[str]:
+        """Options of the engine CLI itself, before its subcommand."""
+        return []
+
+    def remove_options(self) -> list[str]:
+        return ["rm", "-f"]
+
+    def run_options(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> list[str]:
+        """Every flag of ``run``, before the image (podman reads a flag after it as the program's)."""
+        options = ["--rm", "--init", "--network", "none", "--read-only", "--cap-drop", "ALL"]
+        options += ["--security-opt", "no-new-privileges", "--user", f"{os.getuid()}:{os.getgid()}"]
+        options += [
+            f"--ulimit=nofile={_limit(resource.RLIMIT_NOFILE, _NOFILE)}",
+            f"--ulimit=nproc={_limit(resource.RLIMIT_NPROC, _NPROC)}",
+        ]
+        options += ["--tmpfs", "/tmp", "--tmpfs", _BRIDGES]  # noqa: S108 (the container's own tmpfs)
+        if command.stdin is not None:
+            options.append("--interactive")
+        install = install_root(command.program)
+        if install is not None and str(install) in _SYSTEM:
+            install = None
+        for path in (*self.read_only, *([install] if install is not None else [])):
+            if path.exists():
+                options += ["--volume", f"{path}:{path}:ro"]
+        for place in (sandbox.home, sandbox.workspace):
+            options += ["--volume", f"{place}:{place}:rw"]
+        for port, socket in self.bridges.items():
+            options += ["--volume", f"{socket}:{_BRIDGES}/{port}.sock"]
+        options += ["--workdir", str(sandbox.workspace)]
+        for name, value in env.items():
+            options += ["--env", f"{name}={value}" if name in _ENGINE_NAMES else name]
+        return options
+
+    def inner_argv(self, command: Command, env: Mapping[str, str]) -> list[str]:
+        argv = ["/usr/bin/env"]
+        for name in _ADDED_BY_ENGINE:
+            if name not in env:
+                argv += ["-u", name]
+        if self.bridges:
+            argv += ["/bin/sh", "-c", _BRIDGE_SCRIPT, "sh"]
+            for port in self.bridges:
+                argv += [str(port), f"{_BRIDGES}/{port}.sock"]
+            argv.append("--")
+        return [*argv, command.program, *command.args]
+
+    def _find(self) -> str:
+        found = shutil.which(self.executable)
+        if found is None:
+            package = "podman" if self.engine == "podman" else "docker.io"
+            raise DispatchError(
+                "configuration",
+                f"sandbox {self.kind} cannot start: {self.executable} not found;"
+                f" install it (apt-get install {package})",
+                {"field": "sandbox"},
+            )
+        return found
+
+
+class PodmanProvider(ContainerProvider):
+    kind = "podman"
+    engine: Engine = "podman"
+
+    def default_engine_options(self) -> list[str]:
+        # As root on a host with cgroups in hybrid mode only runc starts containers; crun refuses.
+        return ["--runtime", "runc"] if _which_runc() else []
+
+    def remove_options(self) -> list[str]:
+        return ["rm", "--force", "--ignore", "--time", "0"]
+
+    def run_options(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> list[str]:
+        # Podman passes the host's proxy variables in unless told not to; the layered environment has its own.
+        return [*super().run_options(command, sandbox, env), "--http-proxy=false"]
+
+
+class DockerProvider(ContainerProvider):
+    """Docker's CLI against a Docker daemon or Podman's Docker-compatible service (``DOCKER_HOST`` in
+    ``engine_variables`` or the worker's environment)."""
+
+    kind = "docker"
+    engine: Engine = "docker"
+
+
+def remove_orphans(cli: str, env: Mapping[str, str]) -> list[str]:
+    """Remove the containers of workers that no longer run; returns their names."""
+    listed = subprocess.run(
+        [cli, "ps", "--all", "--filter", f"name={_NAME_PREFIX}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        env=dict(env),
+        check=False,
+    )
+    orphans = []
+    for name in listed.stdout.split():
+        parts = name.removeprefix(_NAME_PREFIX).split("-")
+        if len(parts) == 3 and parts[0].isdigit() and _start_time(int(parts[0])) != parts[1]:
+            orphans.append(name)
+    if orphans:
+        subprocess.run([cli, "rm", "-f", *orphans], capture_output=True, env=dict(env), check=False)
+    return orphans
+
+
+def _start_time(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot), so a reused pid is told from its first owner; "" if gone."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return ""
+    return data[data.rfind(b")") + 2 :].split()[19].decode()
+
+
+def _limit(which: int, ceiling: int) -> str:
+    """This process's own limit, at most ``ceiling``: the runtime cannot raise a limit (no CAP_SYS_RESOURCE in a
+    nested container), and runc refused an nproc above 32768 as root here while podman's own hard limit was higher."""
+    soft, hard = (
+        ceiling if value == resource.RLIM_INFINITY else min(value, ceiling) for value in resource.getrlimit(which)
+    )
+    return f"{soft}:{hard}"
+
+
+def _pdeathsig() -> list[str]:
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
+
+
+def _which_runc() -> bool:
+    return shutil.which("runc") is not None or Path("/usr/sbin/runc").exists()
+
+
+__all__ = ["ContainerProcess", "ContainerProvider", "DockerProvider", "PodmanProvider", "remove_orphans"]
