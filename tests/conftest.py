@@ -92,10 +92,10 @@ def empty_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A real coding-agent CLI or a real browser is slow by nature: such tests count as ``slow`` (``make test-fast``
-    leaves them out) without each saying so."""
+    """A real coding-agent CLI, a real browser or a real container is slow by nature: such tests count as ``slow``
+    (``make test-fast`` leaves them out) without each saying so."""
     for item in items:
-        if item.get_closest_marker("cli") or item.get_closest_marker("browser"):
+        if any(item.get_closest_marker(name) for name in ("cli", "browser", "container")):
             item.add_marker(pytest.mark.slow)
 
 
@@ -128,12 +128,13 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         if leg in legs:
             legs[leg] += 1
     terminalreporter.write_line(f"database legs: sqlite {legs['sqlite']} passed, postgres {legs['postgres']} passed")
-    others = {"browser": 0, "cli": 0}
+    others = {"browser": 0, "cli": 0, "container": 0}
     for report in terminalreporter.stats.get("passed", []):
         for marker in others:
             others[marker] += marker in report.keywords
     terminalreporter.write_line(
-        f"other legs: real Chromium {others['browser']} passed, real coding-agent CLIs {others['cli']} passed"
+        f"other legs: real Chromium {others['browser']} passed, real coding-agent CLIs {others['cli']} passed,"
+        f" real containers {others['container']} passed"
     )
     if _require("MUSTER_REQUIRE_POSTGRES") and legs["postgres"] == 0 and terminalreporter.stats.get("passed"):
         terminalreporter.write_line("MUSTER_REQUIRE_POSTGRES: no test passed on PostgreSQL", red=True)

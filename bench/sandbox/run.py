@@ -1,4 +1,5 @@
-"""A dispatch turn of a fake CLI in bubblewrap against the same turn on the host, alternating in one run.
+"""A dispatch turn of a fake CLI in bubblewrap against the same turn on the host, alternating in one run; then the
+same near-empty turn in a podman container beside both (a container per run: its start is the whole difference).
 
 The fake CLI is a shell script printing a Claude ``init`` and ``result`` line (only ``/usr`` is needed inside the
 sandbox). Prints the p50 of each, the sandbox's overhead at p50 and the turn-level ratio.
@@ -18,7 +19,9 @@ from pathlib import Path
 from muster_dispatch import (
     AgentInput,
     BwrapProvider,
+    DispatchError,
     LocalProvider,
+    PodmanProvider,
     claude_harness,
     cli_agent,
     codex_harness,
@@ -57,6 +60,32 @@ async def compare(agent: object, root: Path, turns: int, label: str, network: st
     print(f"  bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms); turn ratio: {bwrap / local:.2f}x")
 
 
+async def podman(agent: object, root: Path, turns: int) -> None:
+    providers: dict[str, SandboxProvider] = {
+        "local": LocalProvider(root / "homes"),
+        "bwrap": BwrapProvider(root / "homes"),
+        "podman": PodmanProvider(root / "homes", read_only=[root / "bin"]),
+    }
+    try:
+        providers["podman"].sandbox(root / "ws")
+    except DispatchError as exc:
+        print(f"podman: not measured: {exc.message}")
+        return
+    times: dict[str, list[float]] = {name: [] for name in providers}
+    for provider in providers.values():
+        await turn(provider, agent, root / "ws")
+    for _ in range(turns):
+        for name, provider in providers.items():
+            times[name].append(await turn(provider, agent, root / "ws"))
+    local, bwrap, container = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap", "podman"))
+    print(f"near-empty turn, a podman container per run: {turns} turns each, alternating")
+    print(f"  local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms   podman p50: {container:.1f} ms")
+    print(
+        f"  podman per-run start (over local): {container - local:.1f} ms; podman/bwrap: {container / bwrap:.1f}x;"
+        f" podman/local: {container / local:.1f}x"
+    )
+
+
 async def codex(turns: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the fakes live in the repository's tests
     from tests.dispatch.cli.support import codex_agent
@@ -83,6 +112,7 @@ async def main(turns: int) -> None:
         cli.chmod(0o755)
         (root / "ws").mkdir()
         await compare(cli_agent(claude_harness(executable=cli)), root, turns, "near-empty fake CLI turn")
+        await podman(cli_agent(claude_harness(executable=cli)), root, max(turns // 4, 5))
     await codex(max(turns // 4, 5))
 
 

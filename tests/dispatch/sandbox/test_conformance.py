@@ -35,6 +35,7 @@ async def test_provider_conformance(kind: str, check: str, tmp_path: Path) -> No
     await PROVIDER_CHECKS[check](FACTORIES[kind], tmp_path)
 
 
+@pytest.mark.container
 @pytest.mark.parametrize("check", sorted(PROVIDER_CHECKS))
 async def test_container_provider_conformance(check: str, make_container: ProviderMaker, tmp_path: Path) -> None:
     await PROVIDER_CHECKS[check](make_container, tmp_path)

@@ -65,7 +65,7 @@ class BwrapProvider(LocalProvider):
             elif target.is_dir():
                 args += ["--ro-bind", str(target), str(target)]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108 (a tmpfs of the namespace's own)
-        install = install_root(command.program)
+        install = _install_root(command.program)
         for bound in (*self.read_only, *([install] if install is not None else [])):
             if bound.exists():
                 args += ["--ro-bind", str(bound), str(bound)]
@@ -87,7 +87,7 @@ def _find(executable: str) -> str:
     return found
 
 
-def install_root(program: str) -> Path | None:
+def _install_root(program: str) -> Path | None:
     """The directory a CLI is installed in: above ``node_modules`` for an npm install, else the program's own."""
     path = Path(program)
     if not path.is_absolute():
@@ -104,4 +104,4 @@ def install_root(program: str) -> Path | None:
     return path.parent
 
 
-__all__ = ["BwrapProvider", "install_root"]
+__all__ = ["BwrapProvider"]

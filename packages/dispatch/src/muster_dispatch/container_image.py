@@ -21,8 +21,9 @@ from muster_dispatch.errors import DispatchError
 Engine = Literal["podman", "docker"]
 SUITE = "bookworm"
 VARIANT = "minbase"
-# Node runs the CLIs' launchers; git, procps and socat are what their tools and the egress bridge call.
-PACKAGES = ("nodejs", "ca-certificates", "git", "procps", "socat")
+# Node runs the CLIs' launchers; git and procps are what their tools call; socat and Python run the bridges to the
+# host's sockets (socat for a plain port, Python for the egress bridge).
+PACKAGES = ("nodejs", "ca-certificates", "git", "procps", "socat", "python3")
 REPOSITORY = "localhost/muster-sandbox"
 BUILD_COMMAND = "muster sandbox image"
 

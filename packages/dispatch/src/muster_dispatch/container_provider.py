@@ -29,7 +29,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from muster_dispatch.bwrap_provider import install_root
+from muster_dispatch.bwrap_provider import _install_root as install_root
 from muster_dispatch.container_image import Engine, image_exists, image_tag, missing_image
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import Command
@@ -56,6 +56,10 @@ _ENGINE_NAMES = frozenset(
     }
 )
 _ADDED_BY_ENGINE = ("HOSTNAME", "container")
+_ENGINE_FIX = {
+    "podman": "check `podman info`",
+    "docker": "start dockerd, or set DOCKER_HOST to a Docker-compatible service (podman system service)",
+}
 _NAME_PREFIX = "muster-sbx-"
 _NOFILE, _NPROC = 1 << 20, 32768
 # The image's own directories: a program found there runs from the image, never mounted over it.
@@ -135,12 +139,29 @@ class ContainerProvider(LocalProvider):
 
     def sandbox(self, workspace: Path) -> Sandbox:
         if self._cli is None:
-            cli = self._find()
-            if not image_exists(cli, self.image, self.engine_env):
-                raise missing_image(self.engine, self.image)
+            cli = self.check()
             remove_orphans(cli, self.engine_env)
             self._cli = cli
         return super().sandbox(workspace)
+
+    def check(self) -> str:
+        """The engine CLI, once it and the image are there; else a one-line ``configuration`` error naming the fix."""
+        cli = self._find()
+        if not image_exists(cli, self.image, self.engine_env):
+            unreachable = self._unreachable(cli)
+            if unreachable is not None:
+                raise DispatchError("configuration", unreachable, {"field": "sandbox"})
+            raise missing_image(self.engine, self.image)
+        return cli
+
+    def _unreachable(self, cli: str) -> str | None:
+        """Why the engine cannot answer at all (no daemon, no service), asked only once an image was not found."""
+        done = subprocess.run([cli, "version"], capture_output=True, text=True, env=self.engine_env, check=False)
+        if done.returncode == 0:
+            return None
+        why = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        fix = _ENGINE_FIX[self.engine]
+        return f"sandbox {self.kind} cannot start: {self.executable} cannot reach its engine ({why}); {fix}"
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
         self.sandbox(sandbox.workspace)
@@ -239,6 +260,16 @@ class DockerProvider(ContainerProvider):
     engine: Engine = "docker"
 
 
+def container_problem(kind: str) -> str | None:
+    """Why the ``podman`` or ``docker`` sandbox cannot start here (one line naming the fix); None when it can."""
+    provider = PodmanProvider if kind == "podman" else DockerProvider
+    try:
+        provider(Path(".")).check()  # its homes are made only by a sandbox() call
+    except DispatchError as exc:
+        return exc.message
+    return None
+
+
 def remove_orphans(cli: str, env: Mapping[str, str]) -> list[str]:
     """Remove the containers of workers that no longer run; returns their names."""
     listed = subprocess.run(
@@ -285,4 +316,11 @@ def _which_runc() -> bool:
     return shutil.which("runc") is not None or Path("/usr/sbin/runc").exists()
 
 
-__all__ = ["ContainerProcess", "ContainerProvider", "DockerProvider", "PodmanProvider", "remove_orphans"]
+__all__ = [
+    "ContainerProcess",
+    "ContainerProvider",
+    "DockerProvider",
+    "PodmanProvider",
+    "container_problem",
+    "remove_orphans",
+]

@@ -82,12 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     register_console(sub)
 
-    from muster_api.commands import dispatch_commands, guard, hooks
+    from muster_api.commands import dispatch_commands, guard, hooks, sandbox
 
     hooks.register(sub)
     guard.register(sub)
 
     dispatch_commands.register(sub)
+    sandbox.register(sub)
     from muster_api.commands import doctor
 
     doctor.register(sub)

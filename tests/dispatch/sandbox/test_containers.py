@@ -1,0 +1,161 @@
+"""Real runs in podman and docker containers: a real Codex turn whose escapes (writing outside the workspace, reading
+a secret in the host's home, listing another workspace, connecting to a host port that is not the model's) all fail
+while it completes with the fake's text; a stopped turn leaves no process and no container; a missing image is one
+``configuration`` line naming the command that builds it."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from muster_dispatch import AgentInput, DispatchError, PodmanProvider, claude_harness, cli_agent, dispatch
+from muster_dispatch.container_provider import ContainerProvider
+from tests.dispatch.cli.support import codex_agent, new_marker, processes_with, run_turn
+from tests.dispatch.conftest import InstalledClis
+from tests.dispatch.fakes.openai import FakeOpenAI
+from tests.dispatch.fakes.plans import Reply, ToolCall
+from tests.dispatch.sandbox.bridge import unix_to_tcp
+from tests.dispatch.sandbox.conftest import ProviderMaker
+
+pytestmark = [pytest.mark.anyio, pytest.mark.container]
+
+
+@pytest.fixture
+def planted() -> Iterator[Path]:
+    """A secret in the host's home (the container must not see it), removed afterwards."""
+    secret = Path.home() / f".muster-sandbox-secret-{uuid.uuid4().hex[:8]}"
+    secret.write_text("host-secret-42\n", encoding="utf-8")
+    yield secret
+    secret.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def host_port() -> Iterator[int]:
+    """A port listening on the host's loopback that is not the model's."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+def _probes(outside: Path, secret: Path, other: Path, port: int) -> str:
+    def probe(name: str, command: str) -> str:
+        return f"({command}) >/dev/null 2>&1 && echo {name}:ok >> probe.txt || echo {name}:fail >> probe.txt"
+
+    return "; ".join(
+        [
+            probe("inside", "echo in > inside.txt"),
+            probe("outside", f"echo out > {outside}/escaped.txt"),
+            probe("secret", f"grep -q host-secret-42 {secret}"),
+            probe("other", f"ls {other} | grep -q neighbour.txt"),
+            probe("port", f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'"),
+        ]
+    )
+
+
+async def test_codex_escapes_fail_in_a_container(
+    make_container: ProviderMaker,
+    installed_clis: InstalledClis,
+    fake_openai: FakeOpenAI,
+    tmp_path: Path,
+    planted: Path,
+    host_port: int,
+) -> None:
+    workspace, outside, other = tmp_path / "ws", tmp_path / "outside", tmp_path / "other-ws"
+    for path in (workspace, outside, other):
+        path.mkdir()
+    (other / "neighbour.txt").write_text("x", encoding="utf-8")
+    fake_openai.script.plan(Reply(tool=ToolCall(_probes(outside, planted, other, host_port))), Reply(text="Probed."))
+    model_port = int(fake_openai.url.rsplit(":", 1)[1].split("/")[0])
+    async with unix_to_tcp(tmp_path / "model.sock", model_port) as model:
+        # No network: the fake model is reached only through the bridged socket, on the container's own loopback.
+        provider = make_container(tmp_path / "homes", bridges={model_port: model})
+        turn = await run_turn(codex_agent(installed_clis.codex, fake_openai.url), "Probe", workspace, provider)
+
+    assert turn.result.status == "completed", turn.result.error
+    assert turn.result.text == "Probed."
+    seen = dict(line.split(":") for line in (workspace / "probe.txt").read_text(encoding="utf-8").split())
+    assert seen == {"inside": "ok", "outside": "fail", "secret": "fail", "other": "fail", "port": "fail"}
+    assert not (outside / "escaped.txt").exists()
+
+
+# Starts a tool in its own session and a child, says so, then waits for ever.
+SCRIPT = """#!/bin/sh
+setsid sleep 300 &
+sleep 301 &
+echo '{"type":"system","subtype":"init","session_id":"s-stop"}'
+wait
+"""
+
+
+def _containers(provider: ContainerProvider) -> list[str]:
+    listed = subprocess.run(
+        [provider.executable, "ps", "--all", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        env=provider.engine_env,
+        check=True,
+    )
+    return [name for name in listed.stdout.split() if name.startswith("muster-sbx-")]
+
+
+async def _gone(marker: dict[str, str]) -> list[int]:
+    """The run's processes still alive once the kill had time to land (signal delivery is asynchronous)."""
+    for _ in range(250):
+        left = processes_with(marker)
+        if not left:
+            return left
+        await asyncio.sleep(0.02)
+    return processes_with(marker)
+
+
+@pytest.mark.parametrize("stop", ["deadline", "cancel"])
+async def test_a_stopped_turn_leaves_no_process_and_no_container(
+    stop: str, make_container: ProviderMaker, tmp_path: Path
+) -> None:
+    marker = new_marker()
+    cli = tmp_path / "bin" / "fake-claude"
+    cli.parent.mkdir()
+    cli.write_text(SCRIPT, encoding="utf-8")
+    cli.chmod(0o755)
+    (tmp_path / "ws").mkdir()
+    provider = make_container(tmp_path / "homes", read_only=[cli.parent])
+    assert isinstance(provider, ContainerProvider)
+    before = set(_containers(provider))
+    running = dispatch(
+        cli_agent(claude_harness(executable=cli), variables=marker),
+        AgentInput("wait"),
+        workspace=tmp_path / "ws",
+        provider=provider,
+        deadline=5 if stop == "deadline" else 60,
+    )
+    async for event in running:
+        if event.type == "conversation":
+            assert len(processes_with(marker)) >= 3  # the shell and both sleeps are running
+            assert set(_containers(provider)) - before, "the run's container must be running"
+            if stop == "cancel":
+                await running.cancel()
+            break
+    result = await running.result()
+    assert result.status == ("failed" if stop == "deadline" else "canceled")
+    assert result.error is not None and result.error.code == ("timeout" if stop == "deadline" else "aborted")
+    assert await _gone(marker) == []
+    assert set(_containers(provider)) - before == set(), "the run's container must be removed"
+
+
+async def test_a_missing_image_is_a_one_line_configuration_error(tmp_path: Path) -> None:
+    if shutil.which("podman") is None:
+        pytest.skip("podman is not installed (apt-get install podman)")
+    provider = PodmanProvider(tmp_path / "homes", image="localhost/muster-no-such-image:0")
+    (tmp_path / "ws").mkdir()
+    with pytest.raises(DispatchError) as caught:
+        provider.sandbox(tmp_path / "ws")
+    assert caught.value.code == "configuration"
+    assert "\n" not in caught.value.message and "muster sandbox image" in caught.value.message
