@@ -111,8 +111,10 @@ async def main(turns: int) -> None:
         cli.write_text(SCRIPT, encoding="utf-8")
         cli.chmod(0o755)
         (root / "ws").mkdir()
-        await compare(cli_agent(claude_harness(executable=cli)), root, turns, "near-empty fake CLI turn")
-        await podman(cli_agent(claude_harness(executable=cli)), root, max(turns // 4, 5))
+        # A key, so that the harness does not look for the user's login (the fake CLI reads none).
+        agent = cli_agent(claude_harness(executable=cli), variables={"ANTHROPIC_API_KEY": "sk-bench"})
+        await compare(agent, root, turns, "near-empty fake CLI turn")
+        await podman(agent, root, max(turns // 4, 5))
     await codex(max(turns // 4, 5))
 
 
