@@ -1,16 +1,18 @@
 """Real runs in podman and docker containers: a real Codex turn whose escapes (writing outside the workspace, reading
 a secret in the host's home, listing another workspace, connecting to a host port that is not the model's) all fail
-while it completes with the fake's text; a stopped turn leaves no process and no container; a missing image is one
-``configuration`` line naming the command that builds it."""
+while it completes with the fake's text; a stopped turn, and a run whose worker was killed, leave no process and no
+container; a missing image is one ``configuration`` line naming the command that builds it."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import subprocess
+import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -159,3 +161,67 @@ async def test_a_missing_image_is_a_one_line_configuration_error(tmp_path: Path)
         provider.sandbox(tmp_path / "ws")
     assert caught.value.code == "configuration"
     assert "\n" not in caught.value.message and "muster sandbox image" in caught.value.message
+
+
+# A worker that starts a run in a container, says so, and is killed outright.
+WORKER = """
+import asyncio, json, os, signal, sys
+from pathlib import Path
+from muster_dispatch import DockerProvider, PodmanProvider
+from muster_dispatch.harness import Command
+
+async def main():
+    kind, root, workspace, marker, script, engine = sys.argv[1:]
+    make = PodmanProvider if kind == "podman" else DockerProvider
+    provider = make(Path(root), engine_variables=json.loads(engine))
+    sandbox = provider.sandbox(Path(workspace))
+    env = provider.environment(sandbox, agent={"MUSTER_TEST_MARKER": marker})
+    process = await provider.start(Command("/bin/sh", ("-c", script)), sandbox, env)
+    up = asyncio.get_running_loop().create_future()
+    process.stdout.consume(lambda line: up.done() or up.set_result(line))
+    process.stderr.consume(lambda line: None)
+    await up
+    os.kill(os.getpid(), signal.SIGKILL)
+
+asyncio.run(main())
+"""
+
+
+async def _until(condition: Callable[[], bool], patience: float = 30.0) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience
+    while loop.time() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("obeys", [True, False], ids=["stops-on-sigterm", "ignores-sigterm"])
+async def test_a_killed_worker_leaves_no_container(obeys: bool, make_container: ProviderMaker, tmp_path: Path) -> None:
+    """The engine CLI gets SIGTERM when its worker dies and passes it on; a run that ignores it is removed by the
+    next provider on the machine (its worker is gone)."""
+    provider = make_container(tmp_path / "homes")
+    assert isinstance(provider, ContainerProvider)
+    (tmp_path / "ws").mkdir()
+    marker = new_marker()
+    script = "echo up; exec sleep 300" if obeys else "trap '' TERM; echo up; sleep 300 & wait; wait"
+    before = set(_containers(provider))
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        WORKER,
+        provider.kind,
+        str(tmp_path / "homes"),
+        str(tmp_path / "ws"),
+        marker["MUSTER_TEST_MARKER"],
+        script,
+        json.dumps(provider.engine_env),
+    )
+    assert await worker.wait() == -9
+    if obeys:
+        assert await _until(lambda: not processes_with(marker) and not set(_containers(provider)) - before)
+        return
+    assert processes_with(marker), "a run that ignores SIGTERM outlives its worker until a provider removes it"
+    provider.sandbox(tmp_path / "ws")  # the next provider's first sandbox removes the containers of dead workers
+    assert await _until(lambda: not processes_with(marker) and not set(_containers(provider)) - before)

@@ -26,6 +26,7 @@ import resource
 import secrets
 import shutil
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -99,7 +100,7 @@ class ContainerProcess(LocalProcess):
             remover = subprocess.Popen(
                 self.remove_argv, env=self.engine_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
             )
-            asyncio.get_running_loop().run_in_executor(None, remover.wait)
+            threading.Thread(target=remover.wait, name="muster-container-remove", daemon=True).start()
 
     async def remove(self) -> None:
         remover = await asyncio.create_subprocess_exec(
