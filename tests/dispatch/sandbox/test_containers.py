@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from muster_dispatch import AgentInput, DispatchError, PodmanProvider, claude_harness, cli_agent, dispatch
-from muster_dispatch.container_provider import ContainerProvider
+from muster_dispatch.container_provider import ContainerProvider, container_problem
 from tests.dispatch.cli.support import codex_agent, new_marker, processes_with, run_turn
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes.openai import FakeOpenAI
@@ -225,3 +225,20 @@ async def test_a_killed_worker_leaves_no_container(obeys: bool, make_container: 
         provider.sandbox(tmp_path / "ws")  # the next provider's first sandbox removes the containers of dead workers
     assert await _until(lambda: not processes_with(marker)), f"processes left: {processes_with(marker)}"
     assert await _until(lambda: not set(_containers(provider)) - before), "the run's container must be removed"
+
+
+async def test_an_unreachable_docker_engine_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("docker") is None:
+        pytest.skip("the docker CLI is not installed (apt-get install docker.io)")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'nobody.sock'}")
+    problem = container_problem("docker")
+    assert problem is not None and "\n" not in problem
+    assert "cannot reach its engine" in problem and "DOCKER_HOST" in problem
+
+
+async def test_both_engines_can_start_when_the_image_is_built(
+    docker_host: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", docker_host)
+    assert container_problem("podman") is None
+    assert container_problem("docker") is None

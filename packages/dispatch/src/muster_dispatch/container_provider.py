@@ -261,6 +261,13 @@ class DockerProvider(ContainerProvider):
     engine: Engine = "docker"
 
 
+def container_sandbox(kind: str, root: Path, *, host_home: Path | None = None) -> ContainerProvider:
+    """The provider a service gives an agent with ``sandbox = "podman"`` or ``"docker"``, its homes under ``root``
+    (docker: the worker's ``DOCKER_HOST``)."""
+    provider = PodmanProvider if kind == "podman" else DockerProvider
+    return provider(root, host_home=host_home)
+
+
 def container_problem(kind: str) -> str | None:
     """Why the ``podman`` or ``docker`` sandbox cannot start here (one line naming the fix); None when it can."""
     provider = PodmanProvider if kind == "podman" else DockerProvider
@@ -323,5 +330,6 @@ __all__ = [
     "DockerProvider",
     "PodmanProvider",
     "container_problem",
+    "container_sandbox",
     "remove_orphans",
 ]
