@@ -7,22 +7,37 @@ injection), every capability dropped. The environment is exactly the layered one
 the runner built. Nothing else of the host is visible: its ``$HOME``, ``/root``, other workspaces and homes,
 Muster's database and config. The CLI's install directory is bound read-only.
 
+Egress (``muster_dispatch.egress``): ``"model"`` (the default) gives each process an allow-list proxy of its own,
+its socket directory bound read-only at ``/run/muster-egress``, the bridge in front of the command, and the proxy
+variables in the environment; ``"none"`` leaves only the sandbox's loopback; ``"open"`` shares the host's network.
+
 The pid namespace makes the kill whole: its first process dies with bubblewrap, and the kernel kills every other
-process of the namespace with it.
+process of the namespace with it (the bridge included).
 """
 
 from __future__ import annotations
 
+import secrets
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
 
+from muster_dispatch.egress import (
+    SANDBOX_SOCKET_DIR,
+    SOCKET_NAME,
+    Egress,
+    EgressProxy,
+    Endpoint,
+    bridge_argv,
+    bridge_python,
+    proxy_variables,
+    refused_event,
+)
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import Command
+from muster_dispatch.local_process import LocalProcess
 from muster_dispatch.provider import LocalProvider, Sandbox
 
-Network = Literal["none", "open"]
 _SYSTEM = ("/usr", "/etc")
 _MERGED = ("bin", "lib", "lib64", "sbin")  # symlinks into /usr on a merged-/usr system
 
@@ -35,25 +50,56 @@ class BwrapProvider(LocalProvider):
         root: Path | str,
         *,
         variables: Mapping[str, str] | None = None,
-        network: Network = "none",
+        egress: Egress | str | Sequence[str] = "model",
         read_only: Sequence[Path | str] = (),
         executable: str = "bwrap",
         host_home: Path | str | None = None,
     ) -> None:
         super().__init__(root, variables=variables, host_home=host_home)
-        self.network = network
+        self.egress = Egress.parse(egress)
         self.read_only = tuple(Path(p) for p in read_only)
         self.executable = executable
         self._bwrap: str | None = None
+        self._python: tuple[str, tuple[Path, ...]] | None = None
+        if self.egress.proxied:
+            self.variables.update(proxy_variables())
 
     def sandbox(self, workspace: Path) -> Sandbox:
-        self._bwrap = self._bwrap or _find(self.executable)
+        self._bwrap = self._bwrap or find_bwrap(self.executable)
         return super().sandbox(workspace)
 
     def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
-        bwrap = self._bwrap or _find(self.executable)
+        return [*self._confine(sandbox, command.program, ()), command.program, *command.args]
+
+    async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        if not self.egress.proxied:
+            return await super().start(command, sandbox, env)
+        allowed = self.egress.allowed(command.endpoints)
+        held: list[Endpoint] = []  # refused before the process exists (it cannot, but nothing may be lost)
+        proxy = EgressProxy(allowed, held.append)
+        await proxy.open(self.root / sandbox.id / "egress" / secrets.token_hex(6))
+        assert proxy.directory is not None
+        try:
+            python, python_binds = self._python = self._python or bridge_python()
+            inner = bridge_argv(
+                python, f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", allowed, [command.program, *command.args]
+            )
+            binds = ((proxy.directory, Path(SANDBOX_SOCKET_DIR)), *((p, p) for p in python_binds))
+            process = await self.spawn([*self._confine(sandbox, command.program, binds), *inner], command, sandbox, env)
+        except BaseException:
+            proxy.close()
+            raise
+        for endpoint in held:
+            process.notices.put(refused_event(endpoint))
+        proxy.on_refused = lambda endpoint: process.notices.put(refused_event(endpoint))
+        process.on_close.append(proxy.close)
+        return process
+
+    def _confine(self, sandbox: Sandbox, program: str, binds: Sequence[tuple[Path, Path]]) -> list[str]:
+        """bubblewrap's arguments up to ``--``; ``binds``: more (host, sandbox) paths bound read-only."""
+        bwrap = self._bwrap or find_bwrap(self.executable)
         args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
-        if self.network != "open":
+        if self.egress.mode != "open":
             args.append("--unshare-net")
         args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
         for path in _SYSTEM:
@@ -65,17 +111,19 @@ class BwrapProvider(LocalProvider):
             elif target.is_dir():
                 args += ["--ro-bind", str(target), str(target)]
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108 (a tmpfs of the namespace's own)
-        install = _install_root(command.program)
+        install = _install_root(program)
         for bound in (*self.read_only, *([install] if install is not None else [])):
             if bound.exists():
                 args += ["--ro-bind", str(bound), str(bound)]
+        for host, inside in binds:
+            args += ["--ro-bind", str(host), str(inside)]
         args += ["--bind", str(sandbox.home), str(sandbox.home)]
         args += ["--bind", str(sandbox.workspace), str(sandbox.workspace)]
-        args += ["--chdir", str(sandbox.workspace), "--", command.program, *command.args]
-        return args
+        return [*args, "--chdir", str(sandbox.workspace), "--"]
 
 
-def _find(executable: str) -> str:
+def find_bwrap(executable: str = "bwrap") -> str:
+    """The bubblewrap executable; a ``configuration`` error naming the fix when there is none."""
     found = shutil.which(executable)
     if found is None:
         raise DispatchError(
@@ -104,4 +152,4 @@ def _install_root(program: str) -> Path | None:
     return path.parent
 
 
-__all__ = ["BwrapProvider"]
+__all__ = ["BwrapProvider", "find_bwrap"]
