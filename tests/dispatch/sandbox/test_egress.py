@@ -6,9 +6,6 @@ it) while the model answers and the turn completes; on the host (``local``) ever
 from __future__ import annotations
 
 import shutil
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,53 +16,11 @@ from tests.dispatch.cli.support import codex_agent, run_turn
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes.openai import FakeOpenAI
 from tests.dispatch.fakes.plans import Reply, ToolCall
+from tests.dispatch.sandbox.support import OTHER_BODY, fetch, other_port
+
+__all__ = ["other_port"]  # a fixture, used by name
 
 pytestmark = pytest.mark.anyio
-
-OTHER_BODY = b"the-other-server"
-
-
-class _Other(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(OTHER_BODY)))
-        self.end_headers()
-        self.wfile.write(OTHER_BODY)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def other_port() -> Iterator[int]:
-    """A server on the host's loopback that is not the model's."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Other)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
-
-
-def _fetch(url: str, *, proxy: bool) -> str:
-    """A shell command that fetches ``url`` with the sandbox's own Python (through the proxy variables, or around
-    them) and exits 0 only on an HTTP answer carrying the body it expects (any status for the model)."""
-    opener = (
-        "urllib.request.build_opener()" if proxy else "urllib.request.build_opener(urllib.request.ProxyHandler({}))"
-    )
-    code = (
-        "import sys, urllib.request, urllib.error\n"
-        "try:\n"
-        f"    body = {opener}.open({url!r}, timeout=10).read()\n"
-        "except urllib.error.HTTPError as e:\n"
-        "    body = b'status %d' % e.code\n"
-        "sys.exit(0 if len(sys.argv) < 2 or sys.argv[1].encode() in body else 1)"
-    )
-    return f"python3 -c {_quote(code)}"
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def _probes(model_url: str, other: int) -> str:
@@ -76,9 +31,9 @@ def _probes(model_url: str, other: int) -> str:
     expect = OTHER_BODY.decode()
     return "; ".join(
         [
-            probe("proxied", f"{_fetch(other_url, proxy=True)} {expect}"),
-            probe("direct", f"{_fetch(other_url, proxy=False)} {expect}"),
-            probe("model", _fetch(f"{model_url}/v1/models", proxy=False)),
+            probe("proxied", f"{fetch(other_url, proxy=True)} {expect}"),
+            probe("direct", f"{fetch(other_url, proxy=False)} {expect}"),
+            probe("model", fetch(f"{model_url}/v1/models", proxy=False)),
         ]
     )
 

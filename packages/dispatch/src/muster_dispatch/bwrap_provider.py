@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -65,7 +66,11 @@ class BwrapProvider(LocalProvider):
             self.variables.update(proxy_variables())
 
     def sandbox(self, workspace: Path) -> Sandbox:
-        self._bwrap = self._bwrap or find_bwrap(self.executable)
+        if self._bwrap is None:  # once per provider: a sandbox that cannot start fails the run before anything runs
+            problem = bwrap_problem(self.executable)
+            if problem is not None:
+                raise DispatchError("configuration", problem, {"field": "sandbox"})
+            self._bwrap = find_bwrap(self.executable)
         return super().sandbox(workspace)
 
     def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
@@ -101,16 +106,8 @@ class BwrapProvider(LocalProvider):
         args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
         if self.egress.mode != "open":
             args.append("--unshare-net")
-        args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-        for path in _SYSTEM:
-            args += ["--ro-bind", path, path]
-        for name in _MERGED:
-            target = Path("/") / name
-            if target.is_symlink():
-                args += ["--symlink", str(target.readlink()), str(target)]
-            elif target.is_dir():
-                args += ["--ro-bind", str(target), str(target)]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # noqa: S108 (a tmpfs of the namespace's own)
+        args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system()]
+        args += ["--tmpfs", "/tmp"]  # noqa: S108 (a tmpfs of the namespace's own)
         install = _install_root(program)
         for bound in (*self.read_only, *([install] if install is not None else [])):
             if bound.exists():
@@ -120,6 +117,20 @@ class BwrapProvider(LocalProvider):
         args += ["--bind", str(sandbox.home), str(sandbox.home)]
         args += ["--bind", str(sandbox.workspace), str(sandbox.workspace)]
         return [*args, "--chdir", str(sandbox.workspace), "--"]
+
+
+def _system() -> list[str]:
+    """The host's system paths, read-only, and a new ``/proc`` and ``/dev``."""
+    args: list[str] = []
+    for path in _SYSTEM:
+        args += ["--ro-bind", path, path]
+    for name in _MERGED:
+        target = Path("/") / name
+        if target.is_symlink():
+            args += ["--symlink", str(target.readlink()), str(target)]
+        elif target.is_dir():
+            args += ["--ro-bind", str(target), str(target)]
+    return [*args, "--proc", "/proc", "--dev", "/dev"]
 
 
 def find_bwrap(executable: str = "bwrap") -> str:
@@ -133,6 +144,31 @@ def find_bwrap(executable: str = "bwrap") -> str:
             {"field": "sandbox"},
         )
     return found
+
+
+_PROBE = ("--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent")
+
+
+def bwrap_problem(executable: str = "bwrap") -> str | None:
+    """Why bubblewrap cannot confine a process here, in one line naming the fix; None when it can (it is asked to
+    start ``true`` in the namespaces a run gets)."""
+    try:
+        bwrap = find_bwrap(executable)
+    except DispatchError as exc:
+        return exc.message
+    argv = [bwrap, *_PROBE, *_system(), "--", "/usr/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"sandbox bwrap cannot start: {exc}"
+    if done.returncode == 0:
+        return None
+    said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return (
+        f"sandbox bwrap cannot start: {said[-1] if said else f'exit code {done.returncode}'}; enable unprivileged"
+        " user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0) or choose"
+        ' sandbox = "local"'
+    )
 
 
 def _install_root(program: str) -> Path | None:
@@ -152,4 +188,4 @@ def _install_root(program: str) -> Path | None:
     return path.parent
 
 
-__all__ = ["BwrapProvider", "find_bwrap"]
+__all__ = ["BwrapProvider", "bwrap_problem", "find_bwrap"]
