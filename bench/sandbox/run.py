@@ -46,7 +46,7 @@ async def turn(provider: SandboxProvider, agent: object, workspace: Path) -> flo
 async def compare(agent: object, root: Path, turns: int, label: str, network: str = "none") -> None:
     providers: dict[str, SandboxProvider] = {
         "local": LocalProvider(root / "homes"),
-        "bwrap": BwrapProvider(root / "homes", network="open" if network == "open" else "none"),
+        "bwrap": BwrapProvider(root / "homes", egress="open" if network == "open" else "none"),
     }
     times: dict[str, list[float]] = {name: [] for name in providers}
     for provider in providers.values():  # warm-up: homes, configuration, page cache

@@ -150,10 +150,12 @@ class LocalProvider:
         return env
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        return await self.spawn(self.argv(command, sandbox), command, sandbox, env)
+
+    async def spawn(self, argv: list[str], command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        """Start ``argv`` (``command`` as the sandbox runs it) and write the command's stdin."""
         marker = secrets.token_hex(8)
-        return await launch(
-            command, self.argv(command, sandbox), sandbox.workspace, {**env, RUN_VARIABLE: marker}, marker
-        )
+        return await launch(command, argv, sandbox.workspace, {**env, RUN_VARIABLE: marker}, marker)
 
     def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
         """The command line that runs ``command`` in the sandbox (on the host: the command itself)."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
@@ -228,6 +229,19 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables=keys) if keys else CredentialPlan(host_login=HOST_LOGIN)
 
 
+API_URL = "https://api.openai.com/v1"
+CHATGPT_URL = "https://chatgpt.com/backend-api/codex"  # the model endpoint of a ChatGPT login
+AUTH_URL = "https://auth.openai.com"  # where a login refreshes its token
+
+
+def endpoints(variables: Mapping[str, str]) -> tuple[Endpoint, ...]:
+    """The configured base URL, else OpenAI's API and ChatGPT's (which one a login uses is in its file, not read
+    here); with the user's login, where it refreshes."""
+    base = variables.get("MUSTER_CODEX_BASE_URL") or variables.get("OPENAI_BASE_URL")
+    login = credentials(variables).host_login is not None
+    return endpoints_of([*([base] if base else [API_URL, CHATGPT_URL]), AUTH_URL if login else None])
+
+
 def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
@@ -330,6 +344,7 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         requires_finished_event=True,
         credentials=credentials,
         configuration=configuration,
+        endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
         resumable=True,
         forkable=True,

@@ -32,12 +32,12 @@ from muster_dispatch import (
     Continuation,
     Dispatch,
     DispatchError,
-    LocalProvider,
     TurnResult,
     dispatch,
     replay_agent,
 )
 from muster_dispatch.agents import DispatchAgent
+from muster_dispatch.sandbox import SandboxProvider
 
 log = logging.getLogger("muster.dispatch.worker")
 
@@ -61,8 +61,7 @@ class WorkerState(Protocol):
     def store(self) -> SqlRunStore: ...
     @property
     def conversations(self) -> SqlConversationStore: ...
-    @property
-    def provider(self) -> LocalProvider: ...
+    def provider(self, agent: str | None) -> SandboxProvider: ...
     @property
     def agents(self) -> DispatchAgents: ...
 
@@ -153,8 +152,9 @@ async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) 
     try:
         with shielded():
             agent, input, workspace = await _prepare(state, run)
+        provider = state.provider(run.agent if run.replay_of is None else None)
         running = dispatch(
-            agent, input, workspace=workspace, provider=state.provider, deadline=run.deadline_s, journal=journal
+            agent, input, workspace=workspace, provider=provider, deadline=run.deadline_s, journal=journal
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
