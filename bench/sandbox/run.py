@@ -63,8 +63,8 @@ async def compare(agent: object, root: Path, turns: int, label: str, network: st
 async def podman(agent: object, root: Path, turns: int) -> None:
     providers: dict[str, SandboxProvider] = {
         "local": LocalProvider(root / "homes"),
-        "bwrap": BwrapProvider(root / "homes"),
-        "podman": PodmanProvider(root / "homes", read_only=[root / "bin"]),
+        "bwrap": BwrapProvider(root / "homes", egress="none"),
+        "podman": PodmanProvider(root / "homes", egress="none", read_only=[root / "bin"]),
     }
     try:
         providers["podman"].sandbox(root / "ws")

@@ -1,6 +1,7 @@
 """Real runs in podman and docker containers: a real Codex turn whose escapes (writing outside the workspace, reading
-a secret in the host's home, listing another workspace, connecting to a host port that is not the model's) all fail
-while it completes with the fake's text; a stopped turn, and a run whose worker was killed, leave no process and no
+a secret in the host's home, listing another workspace, reaching a host server that is not the model, through the
+egress proxy or directly) all fail while it completes with the fake's text, the model reached through the proxy; with
+egress "none" not even the model is reached; a stopped turn, and a run whose worker was killed, leave no process and no
 container; a missing image is one ``configuration`` line naming the command that builds it."""
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ import asyncio
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -24,8 +24,10 @@ from tests.dispatch.cli.support import codex_agent, new_marker, processes_with, 
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes.openai import FakeOpenAI
 from tests.dispatch.fakes.plans import Reply, ToolCall
-from tests.dispatch.sandbox.bridge import unix_to_tcp
 from tests.dispatch.sandbox.conftest import ProviderMaker
+from tests.dispatch.sandbox.support import OTHER_BODY, fetch, other_port
+
+__all__ = ["other_port"]  # a fixture, used by name
 
 pytestmark = [pytest.mark.anyio, pytest.mark.container]
 
@@ -39,26 +41,20 @@ def planted() -> Iterator[Path]:
     secret.unlink(missing_ok=True)
 
 
-@pytest.fixture
-def host_port() -> Iterator[int]:
-    """A port listening on the host's loopback that is not the model's."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        yield listener.getsockname()[1]
-
-
-def _probes(outside: Path, secret: Path, other: Path, port: int) -> str:
+def _probes(outside: Path, secret: Path, other: Path, model_url: str, other_port: int) -> str:
     def probe(name: str, command: str) -> str:
         return f"({command}) >/dev/null 2>&1 && echo {name}:ok >> probe.txt || echo {name}:fail >> probe.txt"
 
+    other_url = f"http://127.0.0.1:{other_port}/"
     return "; ".join(
         [
             probe("inside", "echo in > inside.txt"),
             probe("outside", f"echo out > {outside}/escaped.txt"),
             probe("secret", f"grep -q host-secret-42 {secret}"),
             probe("other", f"ls {other} | grep -q neighbour.txt"),
-            probe("port", f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}'"),
+            probe("proxied", f"{fetch(other_url, proxy=True)} {OTHER_BODY.decode()}"),
+            probe("direct", f"{fetch(other_url, proxy=False)} {OTHER_BODY.decode()}"),
+            probe("model", fetch(f"{model_url}/v1/models", proxy=False)),
         ]
     )
 
@@ -69,24 +65,45 @@ async def test_codex_escapes_fail_in_a_container(
     fake_openai: FakeOpenAI,
     tmp_path: Path,
     planted: Path,
-    host_port: int,
+    other_port: int,
 ) -> None:
+    """The fake model on the host's loopback is reached through the run's egress proxy only (the container has no
+    network); another server there is refused through the proxy (a warning naming it) and directly."""
     workspace, outside, other = tmp_path / "ws", tmp_path / "outside", tmp_path / "other-ws"
     for path in (workspace, outside, other):
         path.mkdir()
     (other / "neighbour.txt").write_text("x", encoding="utf-8")
-    fake_openai.script.plan(Reply(tool=ToolCall(_probes(outside, planted, other, host_port))), Reply(text="Probed."))
-    model_port = int(fake_openai.url.rsplit(":", 1)[1].split("/")[0])
-    async with unix_to_tcp(tmp_path / "model.sock", model_port) as model:
-        # No network: the fake model is reached only through the bridged socket, on the container's own loopback.
-        provider = make_container(tmp_path / "homes", bridges={model_port: model})
-        turn = await run_turn(codex_agent(installed_clis.codex, fake_openai.url), "Probe", workspace, provider)
+    probes = _probes(outside, planted, other, fake_openai.url, other_port)
+    fake_openai.script.plan(Reply(tool=ToolCall(probes)), Reply(text="Probed."))
+    provider = make_container(tmp_path / "homes")
+
+    turn = await run_turn(codex_agent(installed_clis.codex, fake_openai.url), "Probe", workspace, provider)
 
     assert turn.result.status == "completed", turn.result.error
     assert turn.result.text == "Probed."
     seen = dict(line.split(":") for line in (workspace / "probe.txt").read_text(encoding="utf-8").split())
-    assert seen == {"inside": "ok", "outside": "fail", "secret": "fail", "other": "fail", "port": "fail"}
+    escapes = {"outside", "secret", "other", "proxied", "direct"}
+    assert seen == {"inside": "ok", "model": "ok", **dict.fromkeys(escapes, "fail")}
     assert not (outside / "escaped.txt").exists()
+    refused = {e.name for e in turn.of("warning") if e.code == "egress"}
+    assert f"127.0.0.1:{other_port}" in refused and fake_openai.url.removeprefix("http://") not in refused
+
+
+async def test_egress_none_leaves_even_the_model_unreachable(
+    make_container: ProviderMaker, installed_clis: InstalledClis, fake_openai: FakeOpenAI, tmp_path: Path
+) -> None:
+    (tmp_path / "ws").mkdir()
+    fake_openai.script.plan(Reply(text="never"))
+    running = dispatch(
+        codex_agent(installed_clis.codex, fake_openai.url),
+        AgentInput("Hi"),
+        workspace=tmp_path / "ws",
+        provider=make_container(tmp_path / "homes", egress="none"),
+        deadline=60,
+    )
+    result = await running.result()
+    assert result.status == "failed"
+    assert fake_openai.script.requests == []
 
 
 # Starts a tool in its own session and a child, says so, then waits for ever.

@@ -1,4 +1,4 @@
-"""The container image the Podman and Docker sandboxes run: a minimal Debian with Node, git, procps and socat.
+"""The container image the Podman and Docker sandboxes run: a minimal Debian with Node, git, procps and Python.
 
 Built here from Debian packages (``mmdebstrap`` into a tarball, then ``podman import`` / ``docker import``), since no
 image can be pulled on a machine without a registry. The pinned CLIs are not inside: their install directory is
@@ -21,9 +21,8 @@ from muster_dispatch.errors import DispatchError
 Engine = Literal["podman", "docker"]
 SUITE = "bookworm"
 VARIANT = "minbase"
-# Node runs the CLIs' launchers; git and procps are what their tools call; socat and Python run the bridges to the
-# host's sockets (socat for a plain port, Python for the egress bridge).
-PACKAGES = ("nodejs", "ca-certificates", "git", "procps", "socat", "python3")
+# Node runs the CLIs' launchers; git and procps are what their tools call; Python runs the egress bridge.
+PACKAGES = ("nodejs", "ca-certificates", "git", "procps", "python3")
 REPOSITORY = "localhost/muster-sandbox"
 BUILD_COMMAND = "muster sandbox image"
 

@@ -4,12 +4,17 @@ One container per run (``run --rm``), not one per workspace kept between turns: 
 removes it and everything in it, no state of one turn outlives it but what is in the mounted workspace and home, and
 a turn pays one container start (a few hundred ms), about what an ``exec`` into a kept container costs anyway.
 
-Each container: ``--network none`` (a host service is reached only through a unix socket bridged onto the container's
-own loopback, ``bridges``), a read-only root, every capability dropped, ``no-new-privileges``, an init as pid 1, the
-caller's uid. The workspace and the private home are mounted read-write at their own paths, the CLI's install
-directory read-only (the image holds Node, not the CLIs: ``container_image``). The environment is exactly the layered
-one: values pass by name through the engine CLI's own environment (not on its command line, where ``ps`` shows them),
-and the variables the engine adds by itself are unset before the program starts.
+Each container: no network of its own (``--network none``), a read-only root, every capability dropped,
+``no-new-privileges``, an init as pid 1, the caller's uid. The workspace and the private home are mounted read-write
+at their own paths, the CLI's install directory read-only (the image holds Node, not the CLIs: ``container_image``).
+The environment is exactly the layered one: values pass by name through the engine CLI's own environment (not on its
+command line, where ``ps`` shows them), and the variables the engine adds by itself are unset before the program
+starts.
+
+Egress (``muster_dispatch.egress``), as in bubblewrap: ``"model"`` (the default) gives each run an allow-list proxy of
+its own on the host, its socket directory mounted read-only at ``/run/muster-egress``, the bridge (the image's Python)
+in front of the command, the proxy variables in the environment and the host's CA bundle mounted read-only;
+``"none"`` leaves only the container's loopback; ``"open"`` shares the host's network (``--network host``).
 
 Stopping: a kill signals the run's processes (found by the run's marker) and removes the container (``rm -f``). The
 engine CLI gets SIGTERM when the worker dies (``setpriv --pdeathsig``), which it passes to the container; a container
@@ -32,6 +37,16 @@ from pathlib import Path
 
 from muster_dispatch.bwrap_provider import _install_root as install_root
 from muster_dispatch.container_image import Engine, image_exists, image_tag, missing_image
+from muster_dispatch.egress import (
+    SANDBOX_SOCKET_DIR,
+    SOCKET_NAME,
+    Egress,
+    EgressProxy,
+    Endpoint,
+    bridge_argv,
+    proxy_variables,
+    refused_event,
+)
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.harness import Command
 from muster_dispatch.local_process import LocalProcess
@@ -65,22 +80,8 @@ _NAME_PREFIX = "muster-sbx-"
 _NOFILE, _NPROC = 1 << 20, 32768
 # The image's own directories: a program found there runs from the image, never mounted over it.
 _SYSTEM = frozenset({"/bin", "/sbin", "/lib", "/lib64", "/usr/bin", "/usr/sbin"})
-_BRIDGES = "/run/muster"
-# Each bridge: socat listens on the container's loopback port and connects to the mounted socket; the program starts
-# once every port listens (read from /proc/net/tcp: the image has no other tool for it).
-_BRIDGE_SCRIPT = """
-while [ "$1" != -- ]; do
-  socat TCP-LISTEN:"$1",bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:"$2" &
-  port=$(printf '%04X' "$1"); n=0
-  until grep -q ":$port 00000000:0000 0A" /proc/net/tcp; do
-    n=$((n + 1)); [ $n -gt 1000 ] && { echo "muster: bridge to port $1 did not start" >&2; exit 125; }
-    sleep 0.01
-  done
-  shift 2
-done
-shift
-exec "$@"
-"""
+_PYTHON = "/usr/bin/python3"  # the image's, which runs the egress bridge
+_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 
 
 class ContainerProcess(LocalProcess):
@@ -121,7 +122,7 @@ class ContainerProvider(LocalProvider):
         *,
         variables: Mapping[str, str] | None = None,
         image: str | None = None,
-        bridges: Mapping[int, Path | str] | None = None,
+        egress: Egress | str | Sequence[str] = "model",
         read_only: Sequence[Path | str] = (),
         executable: str | None = None,
         engine_variables: Mapping[str, str] | None = None,
@@ -130,13 +131,16 @@ class ContainerProvider(LocalProvider):
     ) -> None:
         super().__init__(root, variables=variables, host_home=host_home)
         self.image = image or image_tag()
-        self.bridges = {int(port): Path(socket) for port, socket in (bridges or {}).items()}
+        self.egress = Egress.parse(egress)
+        if self.egress.proxied:
+            self.variables.update(proxy_variables())
         self.read_only = tuple(Path(p) for p in read_only)
         self.executable = executable or self.engine
         engine_env = {name: value for name, value in os.environ.items() if name in _ENGINE_NAMES}
         self.engine_env = {**engine_env, **(engine_variables or {})}
         self.engine_options = list(engine_options if engine_options is not None else self.default_engine_options())
         self._cli: str | None = None
+        self._ca_bundle = _CA_BUNDLE if _CA_BUNDLE.is_file() else None
 
     def sandbox(self, workspace: Path) -> Sandbox:
         if self._cli is None:
@@ -166,12 +170,46 @@ class ContainerProvider(LocalProvider):
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
         self.sandbox(sandbox.workspace)
+        program = [command.program, *command.args]
+        if not self.egress.proxied:
+            return await self._run(command, sandbox, env, program, ())
+        allowed = self.egress.allowed(command.endpoints)
+        held: list[Endpoint] = []  # refused before the process exists (it cannot, but nothing may be lost)
+        proxy = EgressProxy(allowed, held.append)
+        await proxy.open(self.root / sandbox.id / "egress" / secrets.token_hex(6))
+        assert proxy.directory is not None
+        try:
+            inner = bridge_argv(_PYTHON, f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", allowed, program)
+            mounts = [(proxy.directory, Path(SANDBOX_SOCKET_DIR))]
+            if self._ca_bundle is not None:  # the host's trust store, its own CAs included, for TLS through egress
+                mounts.append((self._ca_bundle, self._ca_bundle))
+            process = await self._run(command, sandbox, env, inner, mounts)
+        except BaseException:
+            proxy.close()
+            raise
+        for endpoint in held:
+            process.notices.put(refused_event(endpoint))
+        proxy.on_refused = lambda endpoint: process.notices.put(refused_event(endpoint))
+        process.on_close.append(proxy.close)
+        return process
+
+    async def _run(
+        self,
+        command: Command,
+        sandbox: Sandbox,
+        env: Mapping[str, str],
+        program: list[str],
+        mounts: Sequence[tuple[Path, Path]],
+    ) -> LocalProcess:
+        """``program`` in a new container; ``mounts``: more (host, container) paths mounted read-only."""
         marker = secrets.token_hex(8)
         inner = {**env, RUN_VARIABLE: marker}
         name = f"{_NAME_PREFIX}{os.getpid()}-{_start_time(os.getpid())}-{marker}"
         assert self._cli is not None
         argv = [*_pdeathsig(), self._cli, *self.engine_options, "run", *self.run_options(command, sandbox, inner)]
-        argv += ["--name", name, self.image, *self.inner_argv(command, inner)]
+        for host, inside in mounts:
+            argv += ["--volume", f"{host}:{inside}:ro"]
+        argv += ["--name", name, self.image, *_unset_added(inner), *program]
         cli_env = {**{k: v for k, v in inner.items() if k not in _ENGINE_NAMES}, **self.engine_env}
         handle = await launch(command, argv, sandbox.workspace, cli_env, marker, kind=ContainerProcess)
         assert isinstance(handle, ContainerProcess)
@@ -188,13 +226,14 @@ class ContainerProvider(LocalProvider):
 
     def run_options(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> list[str]:
         """Every flag of ``run``, before the image (podman reads a flag after it as the program's)."""
-        options = ["--rm", "--init", "--network", "none", "--read-only", "--cap-drop", "ALL"]
+        network = "host" if self.egress.mode == "open" else "none"
+        options = ["--rm", "--init", "--network", network, "--read-only", "--cap-drop", "ALL"]
         options += ["--security-opt", "no-new-privileges", "--user", f"{os.getuid()}:{os.getgid()}"]
         options += [
             f"--ulimit=nofile={_limit(resource.RLIMIT_NOFILE, _NOFILE)}",
             f"--ulimit=nproc={_limit(resource.RLIMIT_NPROC, _NPROC)}",
         ]
-        options += ["--tmpfs", "/tmp", "--tmpfs", _BRIDGES]  # noqa: S108 (the container's own tmpfs)
+        options += ["--tmpfs", "/tmp", "--tmpfs", "/run"]  # noqa: S108 (the container's own tmpfs)
         if command.stdin is not None:
             options.append("--interactive")
         install = install_root(command.program)
@@ -205,24 +244,10 @@ class ContainerProvider(LocalProvider):
                 options += ["--volume", f"{path}:{path}:ro"]
         for place in (sandbox.home, sandbox.workspace):
             options += ["--volume", f"{place}:{place}:rw"]
-        for port, socket in self.bridges.items():
-            options += ["--volume", f"{socket}:{_BRIDGES}/{port}.sock"]
         options += ["--workdir", str(sandbox.workspace)]
         for name, value in env.items():
             options += ["--env", f"{name}={value}" if name in _ENGINE_NAMES else name]
         return options
-
-    def inner_argv(self, command: Command, env: Mapping[str, str]) -> list[str]:
-        argv = ["/usr/bin/env"]
-        for name in _ADDED_BY_ENGINE:
-            if name not in env:
-                argv += ["-u", name]
-        if self.bridges:
-            argv += ["/bin/sh", "-c", _BRIDGE_SCRIPT, "sh"]
-            for port in self.bridges:
-                argv += [str(port), f"{_BRIDGES}/{port}.sock"]
-            argv.append("--")
-        return [*argv, command.program, *command.args]
 
     def _find(self) -> str:
         found = shutil.which(self.executable)
@@ -259,13 +284,6 @@ class DockerProvider(ContainerProvider):
 
     kind = "docker"
     engine: Engine = "docker"
-
-
-def container_sandbox(kind: str, root: Path, *, host_home: Path | None = None) -> ContainerProvider:
-    """The provider a service gives an agent with ``sandbox = "podman"`` or ``"docker"``, its homes under ``root``
-    (docker: the worker's ``DOCKER_HOST``)."""
-    provider = PodmanProvider if kind == "podman" else DockerProvider
-    return provider(root, host_home=host_home)
 
 
 def container_problem(kind: str) -> str | None:
@@ -306,6 +324,15 @@ def _start_time(pid: int) -> str:
     return data[data.rfind(b")") + 2 :].split()[19].decode()
 
 
+def _unset_added(env: Mapping[str, str]) -> list[str]:
+    """``env -u`` of each variable the engine adds by itself that the layered environment does not have."""
+    argv = ["/usr/bin/env"]
+    for name in _ADDED_BY_ENGINE:
+        if name not in env:
+            argv += ["-u", name]
+    return argv
+
+
 def _limit(which: int, ceiling: int) -> str:
     """This process's own limit, at most ``ceiling``: the runtime cannot raise a limit (no CAP_SYS_RESOURCE in a
     nested container), and runc refused an nproc above 32768 as root here while podman's own hard limit was higher."""
@@ -330,6 +357,5 @@ __all__ = [
     "DockerProvider",
     "PodmanProvider",
     "container_problem",
-    "container_sandbox",
     "remove_orphans",
 ]

@@ -1,9 +1,9 @@
 """The sandboxes an agent can be given by name (``sandbox = "bwrap"`` in a service's configuration): each name's
 provider factory, whether it can start here, and the default.
 
-``SANDBOXES[name](root, egress=…, host_home=…)`` builds a provider keeping its private homes under ``root``. A name
-whose provider is not part of this build answers a ``configuration`` error saying so. ``local`` shares the host's
-network and files: it enforces no egress, so it accepts only ``"open"`` (or nothing) as egress.
+``SANDBOXES[name](root, egress=…, host_home=…)`` builds a provider keeping its private homes under ``root``.
+``podman`` and ``docker`` need the image ``muster sandbox image`` builds (docker: a reachable engine). ``local``
+shares the host's network and files: it enforces no egress, so it accepts only ``"open"`` (or nothing) as egress.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from muster_dispatch.bwrap_provider import BwrapProvider, bwrap_problem
+from muster_dispatch.container_provider import DockerProvider, PodmanProvider, container_problem
 from muster_dispatch.egress import Egress
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.provider import LocalProvider
@@ -50,30 +51,27 @@ def _bwrap(root: Path, *, egress: Egress, host_home: Path | None) -> SandboxProv
     return BwrapProvider(root, egress=egress, host_home=host_home)
 
 
-def _not_built(name: str) -> SandboxFactory:
-    def factory(root: Path, *, egress: Egress, host_home: Path | None) -> SandboxProvider:
-        raise DispatchError("configuration", not_built(name), {"field": "sandbox"})
-
-    return factory
+def _podman(root: Path, *, egress: Egress, host_home: Path | None) -> SandboxProvider:
+    return PodmanProvider(root, egress=egress, host_home=host_home)
 
 
-def not_built(name: str) -> str:
-    return f'sandbox {name} is not available in this version of Muster; choose sandbox = "bwrap" or "local"'
+def _docker(root: Path, *, egress: Egress, host_home: Path | None) -> SandboxProvider:
+    return DockerProvider(root, egress=egress, host_home=host_home)
 
 
 SANDBOXES: dict[str, SandboxFactory] = {
     "bwrap": _bwrap,
     "local": _local,
-    "podman": _not_built("podman"),
-    "docker": _not_built("docker"),
+    "podman": _podman,
+    "docker": _docker,
 }
 
 # Why a sandbox cannot start here (one line naming the fix), None when it can; asked by ``muster doctor``.
 PROBLEMS: dict[str, Callable[[], str | None]] = {
     "bwrap": bwrap_problem,
     "local": lambda: None,
-    "podman": lambda: not_built("podman"),
-    "docker": lambda: not_built("docker"),
+    "podman": lambda: container_problem("podman"),
+    "docker": lambda: container_problem("docker"),
 }
 
 
