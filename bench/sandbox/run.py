@@ -1,8 +1,13 @@
-"""A dispatch turn of a fake CLI in bubblewrap against the same turn on the host, alternating in one run; then the
-same near-empty turn in a podman container beside both (a container per run: its start is the whole difference).
+"""A dispatch turn in bubblewrap against the same turn on the host, and with the egress proxy against bubblewrap
+without it, alternating in one run; then the near-empty turn in a podman container per run beside both (its start
+is the whole difference).
 
-The fake CLI is a shell script printing a Claude ``init`` and ``result`` line (only ``/usr`` is needed inside the
-sandbox). Prints the p50 of each, the sandbox's overhead at p50 and the turn-level ratio.
+The near-empty turn is a fake CLI, a shell script printing a Claude ``init`` and ``result`` line (only ``/usr`` is
+needed inside the sandbox): bwrap without network against the host, then bwrap with egress ``model`` (the bridge
+started in front of the CLI, the proxy on the host) against bwrap without network. The real turn is Codex against
+the fake model server: bwrap sharing the host's network (``open``) against the host, then bwrap with egress
+``model`` (every request through the bridge and the proxy) against ``open``. Prints the p50 of each, the overhead at
+p50 and the ratios.
 
     .venv/bin/python bench/sandbox/run.py [turns]
 """
@@ -43,21 +48,27 @@ async def turn(provider: SandboxProvider, agent: object, workspace: Path) -> flo
     return elapsed
 
 
-async def compare(agent: object, root: Path, turns: int, label: str, network: str = "none") -> None:
-    providers: dict[str, SandboxProvider] = {
-        "local": LocalProvider(root / "homes"),
-        "bwrap": BwrapProvider(root / "homes", egress="open" if network == "open" else "none"),
-    }
+async def compare(
+    agent: object,
+    providers: dict[str, SandboxProvider],
+    pairs: list[tuple[str, str, str]],
+    turns: int,
+    label: str,
+    workspace: Path,
+) -> None:
+    """``pairs``: (candidate, baseline, goal) whose overhead and ratio to print."""
     times: dict[str, list[float]] = {name: [] for name in providers}
     for provider in providers.values():  # warm-up: homes, configuration, page cache
-        await turn(provider, agent, root / "ws")
+        await turn(provider, agent, workspace)
     for _ in range(turns):
         for name, provider in providers.items():
-            times[name].append(await turn(provider, agent, root / "ws"))
-    local, bwrap = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap"))
+            times[name].append(await turn(provider, agent, workspace))
+    p50 = {name: statistics.median(values) * 1000 for name, values in times.items()}
     print(f"{label}: {turns} turns each, alternating")
-    print(f"  local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms")
-    print(f"  bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms); turn ratio: {bwrap / local:.2f}x")
+    print("  " + "   ".join(f"{name} p50: {ms:.1f} ms" for name, ms in p50.items()))
+    for candidate, baseline, goal in pairs:
+        extra, ratio = p50[candidate] - p50[baseline], p50[candidate] / p50[baseline]
+        print(f"  {candidate} against {baseline}: +{extra:.1f} ms at p50, ratio {ratio:.2f}x ({goal})")
 
 
 async def podman(agent: object, root: Path, turns: int) -> None:
@@ -71,19 +82,8 @@ async def podman(agent: object, root: Path, turns: int) -> None:
     except DispatchError as exc:
         print(f"podman: not measured: {exc.message}")
         return
-    times: dict[str, list[float]] = {name: [] for name in providers}
-    for provider in providers.values():
-        await turn(provider, agent, root / "ws")
-    for _ in range(turns):
-        for name, provider in providers.items():
-            times[name].append(await turn(provider, agent, root / "ws"))
-    local, bwrap, container = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap", "podman"))
-    print(f"near-empty turn, a podman container per run: {turns} turns each, alternating")
-    print(f"  local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms   podman p50: {container:.1f} ms")
-    print(
-        f"  podman per-run start (over local): {container - local:.1f} ms; podman/bwrap: {container / bwrap:.1f}x;"
-        f" podman/local: {container / local:.1f}x"
-    )
+    pairs = [("podman", "bwrap", "a container per run"), ("podman", "local", "a container per run")]
+    await compare(agent, providers, pairs, turns, "near-empty fake CLI turn, podman's per-run start", root / "ws")
 
 
 async def codex(turns: int) -> None:
@@ -100,7 +100,13 @@ async def codex(turns: int) -> None:
         (root / "ws").mkdir()
         fake.script.default = Reply(text="ok")
         agent = codex_agent(Path(ensure_cli(codex_harness())), fake.url)
-        await compare(agent, root, turns, "real Codex turn (goal <= 1.1x)", network="open")
+        providers: dict[str, SandboxProvider] = {
+            "local": LocalProvider(root / "homes"),
+            "bwrap-open": BwrapProvider(root / "homes", egress="open"),
+            "bwrap-egress": BwrapProvider(root / "homes", egress="model"),
+        }
+        pairs = [("bwrap-open", "local", "goal <= 1.1x"), ("bwrap-egress", "bwrap-open", "the egress proxy's cost")]
+        await compare(agent, providers, pairs, turns, "real Codex turn", root / "ws")
 
 
 async def main(turns: int) -> None:
@@ -113,7 +119,13 @@ async def main(turns: int) -> None:
         (root / "ws").mkdir()
         # A key, so that the harness does not look for the user's login (the fake CLI reads none).
         agent = cli_agent(claude_harness(executable=cli), variables={"ANTHROPIC_API_KEY": "sk-bench"})
-        await compare(agent, root, turns, "near-empty fake CLI turn")
+        providers: dict[str, SandboxProvider] = {
+            "local": LocalProvider(root / "homes"),
+            "bwrap": BwrapProvider(root / "homes", egress="none"),
+            "bwrap-egress": BwrapProvider(root / "homes", egress="model"),
+        }
+        pairs = [("bwrap", "local", "goal <= 15 ms"), ("bwrap-egress", "bwrap", "the bridge's start")]
+        await compare(agent, providers, pairs, turns, "near-empty fake CLI turn", root / "ws")
         await podman(agent, root, max(turns // 4, 5))
     await codex(max(turns // 4, 5))
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from muster_dispatch import container_provider
 from tests.runs.agents import EVENTS
 from tests.runs.support import dispatch_app, dispatch_env, finished, read_sse, start
 
@@ -54,6 +56,11 @@ async def test_agents_are_listed_with_their_errors(
         "loop": {"kind": "fallback", "agents": ["loop2"]},
         "loop2": {"kind": "fallback", "agents": ["loop"]},
         "missing": {"kind": "custom", "entrypoint": "tests.runs.no_such_module:fn"},
+        "hosts": {"kind": "cli", "harness": "codex", "egress": ["pypi.org:443"], "sandbox": "bwrap"},
+        "podded": {"kind": "cli", "harness": "codex", "sandbox": "podman", "egress": "none"},
+        "naked": {"kind": "cli", "harness": "codex", "sandbox": "local", "egress": "none"},
+        "badhost": {"kind": "cli", "harness": "codex", "egress": ["pypi.org"]},
+        "jail": {"kind": "cli", "harness": "codex", "sandbox": "chroot"},
     }
     async with dispatch_app(db_url, tmp_path, agents) as client:
         response = await client.get("/dispatch/agents")
@@ -62,8 +69,16 @@ async def test_agents_are_listed_with_their_errors(
     assert set(listed) == set(agents)
     assert listed["fast"] == {
         "name": "fast", "kind": "custom", "harness": None, "model": None, "agents": None,
-        "installed": True, "version": None, "credentials": None, "builtin": False, "error": None,
+        "installed": True, "version": None, "credentials": None, "sandbox": None, "egress": None, "builtin": False,
+        "error": None,
     }  # fmt: skip
+    assert (listed["claude"]["sandbox"], listed["claude"]["egress"]) == ("bwrap", "model")  # the defaults on Linux
+    assert (listed["both"]["sandbox"], listed["both"]["egress"]) == ("bwrap", "model")
+    assert (listed["hosts"]["sandbox"], listed["hosts"]["egress"]) == ("bwrap", ["pypi.org:443"])
+    assert (listed["podded"]["sandbox"], listed["podded"]["egress"]) == ("podman", "none")
+    assert "needs a sandbox" in listed["naked"]["error"]
+    assert "'pypi.org' is not host:port" in listed["badhost"]["error"]
+    assert "sandbox" in listed["jail"]["error"]
     assert listed["claude"]["harness"] == "claude" and listed["claude"]["error"] is None
     assert listed["claude"]["credentials"] == "key variable ANTHROPIC_API_KEY"
     assert listed["codex"]["credentials"] == "host login ~/.codex/auth.json"  # the suite's fake host home
@@ -76,6 +91,20 @@ async def test_agents_are_listed_with_their_errors(
     assert "unknown fallback member 'nobody'" in listed["ghost"]["error"]
     assert "cyclic" in listed["loop"]["error"] and "cyclic" in listed["loop2"]["error"]
     assert "does not import" in listed["missing"]["error"]
+
+
+async def test_a_podman_agent_without_its_image_fails_the_run_with_configuration(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never a fallback to the host: the run fails before anything starts, with one line naming the fix."""
+    dispatch_env(monkeypatch, tmp_path)
+    monkeypatch.setattr(container_provider, "image_tag", lambda: "localhost/muster-no-such-image:0")
+    agents = {"podded": {"kind": "cli", "harness": "codex", "sandbox": "podman"}}
+    async with dispatch_app(db_url, tmp_path, agents) as client:
+        run = await finished(client, (await start(client, agent="podded", prompt="hi", workspace="w"))["id"])
+    assert run["status"] == "failed" and run["error"]["code"] == "configuration"
+    fix = "muster sandbox image" if shutil.which("podman") else "apt-get install podman"
+    assert "\n" not in run["error"]["message"] and fix in run["error"]["message"]
 
 
 async def test_reload_reads_the_block_again(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
