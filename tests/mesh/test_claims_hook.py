@@ -96,6 +96,13 @@ def test_install_merges_and_is_idempotent(tmp_path: Path) -> None:
         )
     written = json.loads(settings.read_text())
     assert written["env"] == {"MUSTER_AGENT_ID": "b"}
+    subprocess.run(
+        [*MUSTER, "hook", "install", "claude", "--project", str(tmp_path), "--as", "c", "--repo", "r"],
+        check=True,
+        capture_output=True,
+    )
+    written = json.loads(settings.read_text())
+    assert written["env"] == {"MUSTER_AGENT_ID": "c", "MUSTER_REPO": "r"}
     commands = [h["command"] for e in written["hooks"]["PreToolUse"] for h in e["hooks"]]
     assert commands == ["muster hook claude"]
     assert written["hooks"]["PreToolUse"][0]["matcher"] == "Bash"

@@ -104,14 +104,25 @@ def install_claude(args: argparse.Namespace) -> int:
     run again, it changes nothing."""
     settings_path = Path(args.project) / ".claude" / "settings.json"
     settings: dict[str, Any] = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    before = json.dumps(settings, sort_keys=True)
     entries = settings.setdefault("hooks", {}).setdefault("PreToolUse", [])
     present = any(h.get("command") == COMMAND for e in entries for h in e.get("hooks", []))
     if not present:
         entries.append({"matcher": MATCHER, "hooks": [{"type": "command", "command": COMMAND}]})
+    # Claude Code puts the settings' env in the environment of the session and of its hooks.
+    identity = _identity(args)
+    if identity:
+        settings.setdefault("env", {}).update(identity)
+    if json.dumps(settings, sort_keys=True) != before:
         settings_path.parent.mkdir(parents=True, exist_ok=True)
         settings_path.write_text(json.dumps(settings, indent=2) + "\n")
     print(f"{settings_path}: {'already has' if present else 'now has'} the muster PreToolUse hook")
     return 0
+
+
+def _identity(args: argparse.Namespace) -> dict[str, str]:
+    given = {"MUSTER_AGENT_ID": args.as_agent, "MUSTER_REPO": args.repo, "MUSTER_URL": args.url}
+    return {k: v for k, v in given.items() if v}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -126,4 +137,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     targets = install.add_subparsers(dest="target", required=True)
     p = targets.add_parser("claude", help="merge the hook into .claude/settings.json (idempotent)")
     p.add_argument("--project", default=".", help="the project's root (default: the current directory)")
+    p.add_argument("--as", dest="as_agent", metavar="AGENT_ID", help="write MUSTER_AGENT_ID into the settings' env")
+    p.add_argument("--repo", help="write MUSTER_REPO into the settings' env")
+    p.add_argument("--url", help="write MUSTER_URL into the settings' env")
     p.set_defaults(fn=install_claude)
