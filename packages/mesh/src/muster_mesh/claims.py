@@ -21,7 +21,7 @@ from pydantic_core import PydanticCustomError
 from muster_mesh.errors import InvalidRequest
 from muster_mesh.mesh import Mesh, _fingerprint
 from muster_mesh.models import CONTROLS, MAX_STATUS_CHARS, Repo, Strict
-from muster_mesh.patterns import MAX_CLAIMS_PER_AGENT, MAX_PATTERN_CHARS, MAX_PATTERNS, matches, overlaps
+from muster_mesh.patterns import MAX_CLAIMS_PER_AGENT, MAX_PATTERN_CHARS, MAX_PATTERNS, first_match, overlaps
 from muster_mesh.patterns import pattern_problem as _problem
 from muster_mesh.store import MeshTx
 
@@ -286,9 +286,11 @@ class Claims:
             held = [
                 c for c in await tx.live_claims(now, repo=request.repo, holder=None) if c.exclusive and c.holder != me
             ]
+        matcher = first_match(tuple(c.pattern for c in held))
         answers = []
         for path in request.paths:
-            hit = next((c for c in held if matches(c.pattern, path)), None)
+            index = matcher.first(path)
+            hit = held[index] if index is not None else None
             answers.append(
                 PathHolder(
                     path=path,
