@@ -8,48 +8,30 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from muster_dispatch import local_provider
+from tests.dispatch.cli.claims_support import MUSTER_BIN, REASON, claimed_server, project_repo
 from tests.dispatch.cli.support import claude_agent, run_turn, user_texts
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.plans import Reply, ToolCall
-from tests.mesh.support import ServerProcess, server_process
+from tests.mesh.support import ServerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-REASON = "rewriting the store's schema"
-MUSTER_BIN = str(Path(sys.executable).parent)  # where `muster` is installed beside this interpreter
 
 
 @pytest.fixture
 def project(workspace: Path) -> Path:
-    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
-    (workspace / "src").mkdir()
-    (workspace / "src" / "store.py").write_text("VERSION = 1\n")
-    (workspace / "README.md").write_text("VERSION = 1\n")
-    return workspace.resolve()
+    return project_repo(workspace / "project")
 
 
 @pytest.fixture
 def server(db_url: str) -> Iterator[ServerProcess]:
-    with server_process(db_url) as running:
-        with httpx.Client(base_url=running.base_url) as c:
-            holder = c.post("/mesh/checkin", json={"agent_id": "holder", "repo": "muster", "confirm": True})
-            token = holder.json()["token"]
-            c.post("/mesh/checkin", json={"agent_id": "editor", "repo": "muster", "ttl_seconds": 3600, "confirm": True})
-            granted = c.post(
-                "/mesh/claims",
-                json={"paths": ["src/**"], "reason": REASON, "confirm": True},
-                headers={"Authorization": f"Bearer {token}"},
-            )
-            assert granted.json()["granted"], granted.text
+    with claimed_server(db_url) as running:
         yield running
 
 
