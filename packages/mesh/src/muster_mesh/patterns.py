@@ -36,6 +36,19 @@ class PatternProblem:
 
 def pattern_problem(pattern: str) -> PatternProblem | None:
     """The first rule ``pattern`` breaks, None when it is a claimable pattern."""
+    problem = path_problem(pattern)
+    if problem is not None:
+        return problem
+    try:
+        _spec(pattern)
+    except ValueError as exc:  # pathspec's refusal of a pattern it cannot compile
+        return PatternProblem("invalid_glob", str(exc))
+    return None
+
+
+def path_problem(pattern: str) -> PatternProblem | None:
+    """The first rule of the text of a pattern or concrete path it breaks (a concrete path is never compiled: it is
+    matched against the patterns, and compiling each checked path would cost more than the whole match)."""
     if not pattern.strip():
         return PatternProblem("empty", "a pattern must name something")
     if len(pattern) > MAX_PATTERN_CHARS:
@@ -51,10 +64,6 @@ def pattern_problem(pattern: str) -> PatternProblem | None:
         return PatternProblem("parent_reference", "a pattern may not step out of the repository (..)")
     if "." in segments or "" in segments:
         return PatternProblem("not_normalized", "no '.' or empty segments (write src/a, not ./src/a or src//a)")
-    try:
-        _spec(pattern)
-    except ValueError as exc:  # pathspec's refusal of a pattern it cannot compile
-        return PatternProblem("invalid_glob", str(exc))
     return None
 
 
