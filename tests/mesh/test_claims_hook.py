@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from muster_api.commands.hooks import patch_paths
 from tests.mesh.support import server_process
 from tests.support.net import free_port
 
@@ -96,6 +97,21 @@ def test_install_merges_and_is_idempotent(tmp_path: Path) -> None:
         )
     written = json.loads(settings.read_text())
     assert written["env"] == {"MUSTER_AGENT_ID": "b"}
+    subprocess.run(
+        [*MUSTER, "hook", "install", "claude", "--project", str(tmp_path), "--as", "c", "--repo", "r"],
+        check=True,
+        capture_output=True,
+    )
+    written = json.loads(settings.read_text())
+    assert written["env"] == {"MUSTER_AGENT_ID": "c", "MUSTER_REPO": "r"}
     commands = [h["command"] for e in written["hooks"]["PreToolUse"] for h in e["hooks"]]
     assert commands == ["muster hook claude"]
     assert written["hooks"]["PreToolUse"][0]["matcher"] == "Bash"
+
+
+def test_the_files_an_apply_patch_writes() -> None:
+    patch = (
+        "*** Begin Patch\n*** Add File: docs/new.md\n+*** Update File: not/a/header\n"
+        "*** Update File: src/a.py\n*** Move to: src/b.py\n@@\n-x\n+y\n*** Delete File: old.txt\n*** End Patch\n"
+    )
+    assert patch_paths(patch) == ["docs/new.md", "src/a.py", "src/b.py", "old.txt"]

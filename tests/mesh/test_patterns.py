@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from muster_mesh.patterns import MAX_PATTERN_CHARS, matches, overlaps, pattern_problem
+from muster_mesh.patterns import MAX_PATTERN_CHARS, first_match, matches, overlaps, pattern_problem
 
 OVERLAPPING = [
     ("src/store/**", "src/store/a.py"),  # ** at the end
@@ -108,3 +108,47 @@ def test_every_overlap_case_has_a_witness_path_or_none() -> None:
         assert not [w for w in witnesses if matches(a, w) and matches(b, w)], (a, b)
     for a, b in OVERLAPPING:
         assert [w for w in witnesses if matches(a, w) and matches(b, w)], (a, b)
+
+
+def test_the_combined_matcher_finds_the_first_pattern_as_matches_does() -> None:
+    """``first_match`` answers with one regex per path what trying each pattern with ``matches`` answers, the end
+    rule included (a bare name matched through a "directory" of that name falls through to the next pattern)."""
+    patterns = (
+        "README.md",
+        "*.sql",
+        "src/store/**",
+        "docs/",
+        "src/store",
+        "**/test_*.py",
+        "a/**/b",
+        "[ab]c",
+        "src/*.py",
+        "**",
+    )
+    paths = [
+        "README.md",
+        "README.md/x",
+        "x/README.md",
+        "m/x.sql",
+        "x.sql/y",
+        "src/store/a.py",
+        "src/store",
+        "src/app.py",
+        "src/a/app.py",
+        "docs/x/y.md",
+        "tests/test_a.py",
+        "a/b",
+        "a/q/r/b",
+        "bc",
+        "z/ac/d",
+        "other",
+    ]
+    for start in range(len(patterns)):
+        chosen = patterns[start:]
+        matcher = first_match(chosen)
+        for path in paths:
+            expected = next((i for i, p in enumerate(chosen) if matches(p, path)), None)
+            assert matcher.first(path) == expected, (chosen, path)
+    assert first_match(()).first("a") is None
+    # The end rule: README.md/x passes the bare name's regex but not the rule, so the catch-all answers.
+    assert first_match(("README.md", "**")).first("README.md/x") == 1

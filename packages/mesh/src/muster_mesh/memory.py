@@ -13,6 +13,7 @@ import anyio
 
 from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow, shown_row
+from muster_mesh.memory_tasks import MemoryTasks
 from muster_mesh.records import (
     AgentChanges,
     AgentFilter,
@@ -24,6 +25,7 @@ from muster_mesh.records import (
     SweepReport,
 )
 from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
+from muster_mesh.tasks import TaskEvent, TaskRecord
 
 
 class _State:
@@ -35,6 +37,8 @@ class _State:
         self.inbox: dict[str, tuple[list[int], list[str]]] = {}
         self.idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
         self.claims: dict[str, ClaimRecord] = {}
+        self.tasks: dict[str, TaskRecord] = {}
+        self.task_events: dict[str, list[TaskEvent]] = {}
 
 
 def _popper(seq_list: list[int], ids: list[str]) -> Callable[[], object]:
@@ -45,7 +49,9 @@ def _popper(seq_list: list[int], ids: list[str]) -> Callable[[], object]:
     return undo
 
 
-class _MemoryTx:
+class _MemoryTx(MemoryTasks):
+    _s: _State
+
     def __init__(self, state: _State) -> None:
         self._s = state
         self._undo: list[Callable[[], object]] = []

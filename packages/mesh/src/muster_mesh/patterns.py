@@ -7,6 +7,7 @@ both — is decided here, on the same semantics, segment by segment (see ``overl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -35,6 +36,19 @@ class PatternProblem:
 
 def pattern_problem(pattern: str) -> PatternProblem | None:
     """The first rule ``pattern`` breaks, None when it is a claimable pattern."""
+    problem = path_problem(pattern)
+    if problem is not None:
+        return problem
+    try:
+        _spec(pattern)
+    except ValueError as exc:  # pathspec's refusal of a pattern it cannot compile
+        return PatternProblem("invalid_glob", str(exc))
+    return None
+
+
+def path_problem(pattern: str) -> PatternProblem | None:
+    """The first rule of the text of a pattern or concrete path it breaks (a concrete path is never compiled: it is
+    matched against the patterns, and compiling each checked path would cost more than the whole match)."""
     if not pattern.strip():
         return PatternProblem("empty", "a pattern must name something")
     if len(pattern) > MAX_PATTERN_CHARS:
@@ -50,10 +64,6 @@ def pattern_problem(pattern: str) -> PatternProblem | None:
         return PatternProblem("parent_reference", "a pattern may not step out of the repository (..)")
     if "." in segments or "" in segments:
         return PatternProblem("not_normalized", "no '.' or empty segments (write src/a, not ./src/a or src//a)")
-    try:
-        _spec(pattern)
-    except ValueError as exc:  # pathspec's refusal of a pattern it cannot compile
-        return PatternProblem("invalid_glob", str(exc))
     return None
 
 
@@ -82,6 +92,50 @@ def matches(pattern: str, path: str) -> bool:
     if hit is None:
         return False
     return hit.end() >= len(path.rstrip("/")) or covers_below(pattern)
+
+
+class FirstMatch:
+    """The first of several patterns each concrete path falls under, as ``matches`` decides it, with one regular
+    expression per path instead of one per pattern: every pattern's regex (all anchored at the start, none with a
+    group of its own) becomes one alternative, and an alternation tries its alternatives in order, each exactly as
+    it would match alone. The winner's match still has to pass ``matches``' end rule; in the rare case it does not,
+    the patterns after it are tried one by one."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.patterns = patterns
+        owners: list[int] = []
+        parts: list[str] = []
+        for index, pattern in enumerate(patterns):
+            for p in _spec(pattern).patterns:
+                if p.regex is not None:
+                    owners.append(index)
+                    parts.append(f"({p.regex.pattern})")
+        combined = re.compile("|".join(parts)) if parts else None
+        self._owners = owners
+        # Any group inside a pattern's own regex would shift the numbering: then match pattern by pattern.
+        self._regex = combined if combined is not None and combined.groups == len(parts) else None
+
+    def first(self, path: str) -> int | None:
+        """The index of the first pattern ``path`` falls under; None when none does."""
+        if self._regex is None:
+            return self._one_by_one(path, 0)
+        hit = self._regex.match(path)
+        if hit is None or hit.lastindex is None:
+            return None
+        index = self._owners[hit.lastindex - 1]
+        if hit.end() >= len(path.rstrip("/")) or covers_below(self.patterns[index]):
+            return index
+        return self._one_by_one(path, index + 1)
+
+    def _one_by_one(self, path: str, start: int) -> int | None:
+        return next((i for i in range(start, len(self.patterns)) if matches(self.patterns[i], path)), None)
+
+
+@lru_cache(maxsize=1024)
+def first_match(patterns: tuple[str, ...]) -> FirstMatch:
+    """The compiled ``FirstMatch`` of these patterns (the live claims of a repo change far less often than they are
+    checked)."""
+    return FirstMatch(patterns)
 
 
 # ---------------------------------------------------------------------------------------------------- overlap

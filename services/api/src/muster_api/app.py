@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from muster_api import __version__, dashboard
 from muster_api.a2a import component as a2a_component
 from muster_api.a2a.routes import router as a2a_router
+from muster_api.claims_lookup import mesh_claims
 from muster_api.commands.logs import configure as configure_logging
 from muster_api.config_routes import router as config_router
 from muster_api.db.engine import create_engine
@@ -54,8 +55,10 @@ def create_app(
             if settings.migrate_on_startup:
                 await upgrade(rt.engine)
             async with AsyncExitStack() as stack:
-                for component in (mesh_component, a2a_component, dispatch_component):
+                for component in (mesh_component, a2a_component):
                     await stack.enter_async_context(component.lifespan(app, rt))
+                claims = mesh_claims(app.state.mesh)
+                await stack.enter_async_context(dispatch_component.lifespan(app, rt, claims))
                 if freeze_after_start:
                     # Everything alive now (modules, the app, its routes, models and stores) lives as long as the
                     # process: moved out of the collector's generations, a full collection no longer walks it

@@ -35,13 +35,16 @@ async def serve_workers(workers: int | None = None) -> None:
     """Run the dispatch workers (and the lease sweep) until SIGTERM or SIGINT."""
     import anyio
 
+    from muster_api.claims_lookup import mesh_claims
     from muster_api.commands.logs import configure
     from muster_api.commands.startup import check_database, load_settings
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import upgrade
     from muster_api.dispatch.component import running
+    from muster_api.mesh.component import make_store
     from muster_api.runtime import Runtime
     from muster_api.settings import DispatchSettings
+    from muster_mesh import Mesh
 
     settings = load_settings()
     configure(settings.log_level)
@@ -53,12 +56,19 @@ async def serve_workers(workers: int | None = None) -> None:
     try:
         if settings.migrate_on_startup:
             await upgrade(engine)
-        async with running(Runtime(settings=settings, engine=engine), dispatch_settings) as state:
-            log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for received in signals:
-                    log.info("muster worker %s: %s, stopping", state.instance, signal.Signals(received).name)
-                    break
+        runtime = Runtime(settings=settings, engine=engine)
+        # The claims a turn's changes are checked against: read from the same database as the service's mesh.
+        mesh_store = make_store(engine, runtime.dialect)
+        try:
+            claims = mesh_claims(Mesh(mesh_store, clock=runtime.now))
+            async with running(runtime, dispatch_settings, claims) as state:
+                log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for received in signals:
+                        log.info("muster worker %s: %s, stopping", state.instance, signal.Signals(received).name)
+                        break
+        finally:
+            await mesh_store.aclose()
     finally:
         await engine.dispose()
 

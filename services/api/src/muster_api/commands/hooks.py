@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -58,44 +60,97 @@ def deny(reason: str) -> None:
     sys.stdout.write(json.dumps(answer) + "\n")
 
 
-def _holder_of(client: MusterClient, agent: str | None, repo: str | None, relative: str) -> tuple[str, str] | None:
+def _held(client: MusterClient, agent: str | None, repo: str | None, relative: list[str]) -> list[str]:
+    """A sentence for each of the paths another agent holds exclusively."""
     if repo is None and agent is not None:
         repo = client.agent(agent).repo
     if repo is None:
         raise MusterClientError("no repo: set MUSTER_REPO or check the agent in with one")
-    (found,) = client.check_paths(repo, [relative], as_agent=False).paths
-    if found.holder is None or found.holder == agent:
+    found = client.check_paths(repo, relative, as_agent=False).paths
+    return [
+        f"{p.path} is claimed exclusively by agent {p.holder!r} (pattern {p.pattern!r}, since "
+        f"{p.since:%Y-%m-%d %H:%M} UTC): {p.reason or 'no reason given'}."
+        for p in found
+        if p.holder is not None and p.holder != agent and p.since is not None
+    ]
+
+
+def _relative(paths: list[Path], cwd: Path) -> list[str]:
+    """The paths inside the git work tree they are in, relative to its top; the others are no claim's business."""
+    root = _repo_root(cwd)
+    if root is None:
+        return []
+    top = root.resolve()
+    inside = [p.resolve() for p in paths]
+    return sorted({p.relative_to(top).as_posix() for p in inside if p.is_relative_to(top) and p != top})
+
+
+def refusal(args: argparse.Namespace, paths: list[Path], cwd: Path) -> str | None:
+    """Why the edit of ``paths`` is refused (None: allowed). A claim is advisory: when the service cannot be asked
+    the edit is allowed, with a note on stderr."""
+    relative = _relative(paths, cwd)
+    if not relative:
         return None
-    return found.holder, (
-        f"{relative} is claimed exclusively by agent {found.holder!r} (pattern {found.pattern!r}, since "
-        f"{found.since:%Y-%m-%d %H:%M} UTC): {found.reason or 'no reason given'}. Message {found.holder} on the mesh "
-        "(agent_send) to ask for it, or work on something else."
-    )
-
-
-def claude(args: argparse.Namespace) -> int:
-    try:
-        event = json.loads(sys.stdin.read() or "{}")
-    except json.JSONDecodeError:
-        sys.stderr.write("muster hook: the hook's input is not JSON; allowing\n")
-        return 0
-    path = edited_path(event) if isinstance(event, dict) else None
-    if path is None:
-        return 0
-    root = _repo_root(path.parent if path.parent.exists() else Path(str(event.get("cwd") or os.getcwd())))
-    if root is None or not path.resolve().is_relative_to(root.resolve()):
-        return 0
-    relative = path.resolve().relative_to(root.resolve()).as_posix()
     agent = args.as_agent or os.environ.get("MUSTER_AGENT_ID")
     repo = args.repo or os.environ.get("MUSTER_REPO")
     try:
         with MusterClient(args.url) as client:
-            held = _holder_of(client, agent, repo, relative)
+            held = _held(client, agent, repo, relative[:256])
     except MusterClientError as exc:
         sys.stderr.write(f"muster hook: claims not checked ({inert(str(exc))}); allowing the edit\n")
+        return None
+    if not held:
+        return None
+    holders = " ".join(held)
+    return f"{holders} Message the holder on the mesh (agent_send) to ask for it, or work on something else."
+
+
+def _event() -> dict[str, Any] | None:
+    try:
+        event = json.loads(sys.stdin.read() or "{}")
+    except json.JSONDecodeError:
+        sys.stderr.write("muster hook: the hook's input is not JSON; allowing\n")
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _cwd(event: dict[str, Any]) -> Path:
+    return Path(str(event.get("cwd") or os.getcwd()))
+
+
+def claude(args: argparse.Namespace) -> int:
+    event = _event()
+    path = edited_path(event) if event is not None else None
+    if event is None or path is None:
         return 0
-    if held is not None:
-        deny(held[1])
+    reason = refusal(args, [path], path.parent if path.parent.exists() else _cwd(event))
+    if reason is not None:
+        deny(reason)
+    return 0
+
+
+PATCH_HEADER = re.compile(r"^\*\*\* (?:Add File|Update File|Delete File|Move to): (.+)$", re.MULTILINE)
+
+
+def patch_paths(patch: str) -> list[str]:
+    """The files an ``apply_patch`` input touches: added, updated, deleted, and a move's target."""
+    return [m.group(1).strip() for m in PATCH_HEADER.finditer(patch)]
+
+
+def codex(args: argparse.Namespace) -> int:
+    """Codex's PreToolUse hook: its ``apply_patch`` names the files it writes (``tool_input.command`` holds the
+    patch); a shell command's files cannot be known before it runs, so it is left to the git guard and the run's
+    post-turn check."""
+    event = _event()
+    if event is None or event.get("tool_name") != "apply_patch":
+        return 0
+    patch = (event.get("tool_input") or {}).get("command")
+    if not isinstance(patch, str):
+        return 0
+    cwd = _cwd(event)
+    reason = refusal(args, [cwd / p for p in patch_paths(patch)], cwd)
+    if reason is not None:
+        deny(reason)
     return 0
 
 
@@ -104,26 +159,84 @@ def install_claude(args: argparse.Namespace) -> int:
     run again, it changes nothing."""
     settings_path = Path(args.project) / ".claude" / "settings.json"
     settings: dict[str, Any] = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    before = json.dumps(settings, sort_keys=True)
     entries = settings.setdefault("hooks", {}).setdefault("PreToolUse", [])
     present = any(h.get("command") == COMMAND for e in entries for h in e.get("hooks", []))
     if not present:
         entries.append({"matcher": MATCHER, "hooks": [{"type": "command", "command": COMMAND}]})
+    # Claude Code puts the settings' env in the environment of the session and of its hooks.
+    identity = _identity(args)
+    if identity:
+        settings.setdefault("env", {}).update(identity)
+    if json.dumps(settings, sort_keys=True) != before:
         settings_path.parent.mkdir(parents=True, exist_ok=True)
         settings_path.write_text(json.dumps(settings, indent=2) + "\n")
     print(f"{settings_path}: {'already has' if present else 'now has'} the muster PreToolUse hook")
     return 0
 
 
+def _identity(args: argparse.Namespace) -> dict[str, str]:
+    given = {"MUSTER_AGENT_ID": args.as_agent, "MUSTER_REPO": args.repo, "MUSTER_URL": args.url}
+    return {k: v for k, v in given.items() if v}
+
+
+CODEX_COMMAND = "muster hook codex"
+
+
+def install_codex(args: argparse.Namespace) -> int:
+    """Merge the hook into Codex's ``hooks.json`` (in ``--codex-home``, default ``$CODEX_HOME`` or ``~/.codex``).
+    Codex has no settings ``env``, so the agent's identity goes on the hook's command line; run again, it replaces
+    that command and adds nothing."""
+    home = Path(args.codex_home or os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    path = home / "hooks.json"
+    config: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    entries = config.setdefault("hooks", {}).setdefault("PreToolUse", [])
+    flags = [f"--{k}={v}" for k, v in (("as", args.as_agent), ("repo", args.repo), ("url", args.url)) if v]
+    command = shlex.join([*CODEX_COMMAND.split(), *flags])
+    ours = [h for e in entries for h in e.get("hooks", []) if str(h.get("command", "")).startswith(CODEX_COMMAND)]
+    for hook in ours:
+        hook["command"] = command
+    if not ours:
+        entries.append({"matcher": "apply_patch", "hooks": [{"type": "command", "command": command}]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    print(f"{path}: {'updated' if ours else 'now has'} the muster PreToolUse hook (Codex asks you to trust it once)")
+    return 0
+
+
+RUNNER_HELP = (
+    "default: MUSTER_AGENT_ID",
+    "default: MUSTER_REPO, or the agent's checked-in repo",
+    "the service (default MUSTER_URL or http://127.0.0.1:8000)",
+)
+
+
+def _identity_flags(p: argparse.ArgumentParser, helps: tuple[str, str, str]) -> None:
+    p.add_argument("--as", dest="as_agent", metavar="AGENT_ID", help=helps[0])
+    p.add_argument("--repo", help=helps[1])
+    p.add_argument("--url", help=helps[2])
+
+
+def _install_help(where: str) -> tuple[str, str, str]:
+    return (f"{where} MUSTER_AGENT_ID", f"{where} MUSTER_REPO", f"{where} MUSTER_URL")
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     hook = sub.add_parser("hook", help="coding-agent CLI hooks that enforce path claims")
     kinds = hook.add_subparsers(dest="hook_command", required=True)
     p = kinds.add_parser("claude", help="Claude Code PreToolUse hook: deny edits of paths other agents hold")
-    p.add_argument("--as", dest="as_agent", metavar="AGENT_ID", help="default: MUSTER_AGENT_ID")
-    p.add_argument("--repo", help="default: MUSTER_REPO, or the agent's checked-in repo")
-    p.add_argument("--url", help="the service (default MUSTER_URL or http://127.0.0.1:8000)")
+    _identity_flags(p, RUNNER_HELP)
     p.set_defaults(fn=claude)
-    install = kinds.add_parser("install", help="write a hook into a CLI's project settings")
+    p = kinds.add_parser("codex", help="Codex PreToolUse hook: deny an apply_patch of paths other agents hold")
+    _identity_flags(p, RUNNER_HELP)
+    p.set_defaults(fn=codex)
+    install = kinds.add_parser("install", help="write a hook into a CLI's settings")
     targets = install.add_subparsers(dest="target", required=True)
     p = targets.add_parser("claude", help="merge the hook into .claude/settings.json (idempotent)")
     p.add_argument("--project", default=".", help="the project's root (default: the current directory)")
+    _identity_flags(p, _install_help("write into the settings' env:"))
     p.set_defaults(fn=install_claude)
+    p = targets.add_parser("codex", help="merge the hook into Codex's hooks.json (idempotent)")
+    p.add_argument("--codex-home", help="default: CODEX_HOME, or ~/.codex")
+    _identity_flags(p, _install_help("put on the hook's command line:"))
+    p.set_defaults(fn=install_codex)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from muster_a2a import AgentConfigError
 from muster_api.configfile import read_config
 from muster_api.db.dialect import Dialect, dialect_of
+from muster_api.dispatch.claims_watch import ClaimsLookup
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.notify import RunNotifier
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
@@ -60,6 +61,8 @@ class DispatchState:
         self.host_home = host_home or runtime.settings.host_home
         self.agents = DispatchAgents()
         self._providers: dict[tuple[str, Egress], SandboxProvider] = {}
+        # The path claims a turn's changes are checked against: composed by the service from the mesh (None: none).
+        self.claims: ClaimsLookup | None = None
         self._reload_lock = anyio.Lock()
 
     @property
@@ -92,9 +95,12 @@ class DispatchState:
 
 
 @asynccontextmanager
-async def running(runtime: Runtime, settings: DispatchSettings | None = None) -> AsyncIterator[DispatchState]:
+async def running(
+    runtime: Runtime, settings: DispatchSettings | None = None, claims: ClaimsLookup | None = None
+) -> AsyncIterator[DispatchState]:
     """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit."""
     state = DispatchState(runtime, settings or runtime.settings.dispatch, runtime.settings.config)
+    state.claims = claims
     try:
         await state.reload()
     except AgentConfigError as exc:
@@ -111,7 +117,7 @@ async def running(runtime: Runtime, settings: DispatchSettings | None = None) ->
 
 
 @asynccontextmanager
-async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
-    async with running(runtime) as state:
+async def lifespan(app: FastAPI, runtime: Runtime, claims: ClaimsLookup | None = None) -> AsyncIterator[None]:
+    async with running(runtime, claims=claims) as state:
         app.state.dispatch = state
         yield

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from muster_api.dispatch.claims_watch import ClaimsLookup, warn_of_claims
 from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
@@ -64,6 +65,8 @@ class WorkerState(Protocol):
     def provider(self, agent: str | None) -> SandboxProvider: ...
     @property
     def agents(self) -> DispatchAgents: ...
+    @property
+    def claims(self) -> ClaimsLookup | None: ...
 
 
 def _json(value: Any) -> Any:
@@ -170,6 +173,9 @@ async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) 
                 values = outcome(await running.result(), now())
             except DispatchError as exc:  # a replay that diverged or ran out
                 values = failed(exc, now())
+            if state.claims is not None and run.replay_of is None:
+                scope = {"dispatch": running.id, "agent": running.agent.name}
+                await warn_of_claims(state.claims, workspace, journal, scope)
             group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):

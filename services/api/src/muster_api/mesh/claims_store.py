@@ -33,8 +33,28 @@ LIVE = (
 )
 
 
+# The statements of each filter, built once: a check runs one per call, and building it again costs more than
+# running it.
+_LIVE_BY: dict[tuple[bool, bool], Any] = {
+    (by_repo, by_holder): LIVE.where(
+        *([claims.c.repo == bindparam("p_repo")] if by_repo else []),
+        *([claims.c.holder == bindparam("p_holder")] if by_holder else []),
+    )
+    for by_repo in (False, True)
+    for by_holder in (False, True)
+}
+
+
+def live_statement(by_repo: bool, by_holder: bool) -> Any:
+    """The live claims, narrowed to ``p_repo`` and/or ``p_holder``."""
+    return _LIVE_BY[by_repo, by_holder]
+
+
 def _record(m: object) -> ClaimRecord:
-    row = getattr(m, "_mapping")  # noqa: B009 - a Row's mapping
+    return claim_record(getattr(m, "_mapping"))  # noqa: B009 - a Row's mapping
+
+
+def claim_record(row: Mapping[str, Any]) -> ClaimRecord:
     return ClaimRecord(
         claim_id=row["claim_id"],
         repo=row["repo"],
@@ -58,12 +78,9 @@ class SqlClaims:
         await self._conn.execute(dialect.lock_rows(select(claim_repos.c.repo).where(claim_repos.c.repo == repo)))
 
     async def live_claims(self, live_at: datetime, *, repo: str | None, holder: str | None) -> list[ClaimRecord]:
-        stmt = LIVE
-        if repo is not None:
-            stmt = stmt.where(claims.c.repo == repo)
-        if holder is not None:
-            stmt = stmt.where(claims.c.holder == holder)
-        return [_record(r) for r in (await self._conn.execute(stmt, {"p_now": live_at})).all()]
+        stmt = live_statement(repo is not None, holder is not None)
+        params = {"p_now": live_at, "p_repo": repo, "p_holder": holder}
+        return [_record(r) for r in (await self._conn.execute(stmt, params)).all()]
 
     async def put_claims(self, records: Sequence[ClaimRecord]) -> None:
         rows: list[Mapping[str, Any]] = [
@@ -93,4 +110,4 @@ class SqlClaims:
         )
 
 
-__all__ = ["SqlClaims"]
+__all__ = ["SqlClaims", "claim_record", "live_statement"]

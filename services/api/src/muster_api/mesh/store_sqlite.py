@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.mesh import sqlite_trips
+from muster_api.mesh.claims_store import claim_record, live_statement
 from muster_api.mesh.sqlite_driver import NAMED, DriverStatement, bound, on_driver_thread, time_text
 from muster_api.mesh.store import (
     BUMP_ONE,
@@ -37,6 +38,7 @@ from muster_api.mesh.store import (
     stored_time,
 )
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
+from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
 
 T = TypeVar("T")
@@ -104,6 +106,14 @@ class SqliteMeshTx(SqlMeshTx):
     async def _bump_one(self, agent_id: str, live_at: datetime) -> dict[str, int]:
         rows = await _BUMP_ONE.rows(await self._aiosqlite(), {"p_id": agent_id, "p_now": time_text(live_at)})
         return {row["agent_id"]: int(row["last_seq"]) for row in rows}
+
+    async def live_claims(self, live_at: datetime, *, repo: str | None, holder: str | None) -> list[ClaimRecord]:
+        # One hop to aiosqlite's thread, as a directory page: a claims check runs this on every call.
+        sql, names, added = _driver_select(live_statement(repo is not None, holder is not None))
+        params = {**added, "p_now": time_text(live_at), "p_repo": repo, "p_holder": holder}
+        rows = await (await self._aiosqlite()).execute_fetchall(sql, params)
+        found = [dict(zip(names, row, strict=True)) for row in rows]
+        return [claim_record({**row, "since": stored_time(row["since"])}) for row in found]
 
     async def list_agents(self, where: AgentFilter, *, after: str | None, limit: int) -> list[AgentRecord]:
         # A directory page is one hop to aiosqlite's thread this way, four through SQLAlchemy's cursor adapter (open,
