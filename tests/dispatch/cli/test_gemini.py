@@ -21,6 +21,7 @@ from muster_dispatch import (
     AgentEvent,
     AgentInput,
     Continuation,
+    DirectoryConversationStore,
     cli_agent,
     dispatch,
     gemini_harness,
@@ -37,14 +38,16 @@ from tests.dispatch.fakes.plans import Fail, Reply, Script, ToolCall
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
 
-def gemini_agent(executable: Path | str, base_url: str, *, extra: dict[str, str] | None = None) -> CliAgent:
+def gemini_agent(
+    executable: Path | str, base_url: str, *, extra: dict[str, str] | None = None, storage: Any = None
+) -> CliAgent:
     variables = {
         "GOOGLE_GEMINI_BASE_URL": base_url,
         "GEMINI_API_KEY": "test-gemini-key",
         "MUSTER_GEMINI_MAX_ATTEMPTS": "2",
     }
     variables.update(extra or {})
-    return cli_agent(gemini_harness(executable=executable), model=gemini.MODEL, variables=variables)
+    return cli_agent(gemini_harness(executable=executable), model=gemini.MODEL, variables=variables, storage=storage)
 
 
 async def test_text_turn_in_a_private_home(
@@ -227,11 +230,12 @@ async def test_endless_stream_is_stopped_at_the_deadline_without_orphans(
     seen: list[int] = []
 
     async def look(event: AgentEvent, running: Any) -> None:
-        if event.type == "text_delta" and not seen:
+        if event.type == "conversation" and not seen:
             seen.extend(processes_with(marker))
 
     agent = gemini_agent(gemini_cli, fake_gemini.url, extra=marker)
-    turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "s"), deadline=10, on_event=look)
+    # The deadline leaves a loaded machine time to start the CLI (seconds of Node start-up) before it ends the turn.
+    turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "s"), deadline=25, on_event=look)
 
     assert seen, "the marker did not reach the CLI: the orphan check would be blind"
     assert turn.result.error is not None and turn.result.error.code == "timeout", turn.result.error
@@ -299,3 +303,64 @@ def assert_no_process(marker: dict[str, str]) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
     assert leftovers == [], "processes of the stopped gemini are still running"
+
+
+async def test_steering_stops_and_resumes_the_session(
+    gemini_cli: Path, fake_gemini: FakeGemini, workspace: Path, tmp_path: Path
+) -> None:
+    """No live input: steering stops the CLI while it waits on the model and resumes its session with the message."""
+    gate = threading.Event()
+    fake_gemini.script.plan(Reply(text="Hello (never delivered).", gate=gate), Reply(text="Goodbye then."))
+    steered: list[str] = []
+
+    async def steer(event: AgentEvent, running: Any) -> None:
+        if event.type == "conversation" and not steered:
+            await _wait_for_request(fake_gemini.script)
+            steered.append("Actually, say goodbye")
+            await running.steer("Actually, say goodbye")
+        elif event.type == "stopped":
+            gate.set()  # the CLI this answer was for is gone
+
+    try:
+        turn = await run_turn(
+            gemini_agent(gemini_cli, fake_gemini.url),
+            "Say hello",
+            workspace,
+            local_provider(tmp_path / "s"),
+            on_event=steer,
+        )
+    finally:
+        gate.set()
+
+    requests = fake_gemini.script.model_requests()
+    context = (turn.types, [(r.answered, user_texts(r)[-1:]) for r in requests])
+    assert steered and turn.of("stopped"), context
+    assert turn.result.status == "completed", (turn.result.error, context)
+    assert turn.result.text == "Goodbye then.", context
+    assert len({e.id for e in turn.of("conversation")}) == 1, context  # the same session, resumed
+    texts = user_texts(requests[-1])
+    assert "Actually, say goodbye" in texts and "Say hello" in texts
+    assert "Hello (never delivered)." not in "".join(model_texts(requests[-1]))
+
+
+async def test_cold_resume_through_the_store_in_a_new_home(
+    gemini_cli: Path, fake_gemini: FakeGemini, workspace: Path, tmp_path: Path
+) -> None:
+    fake_gemini.script.plan(Reply(text="Noted: kiwi."), Reply(text="The word was kiwi."))
+    store = DirectoryConversationStore(tmp_path / "store")
+    agent = gemini_agent(gemini_cli, fake_gemini.url, storage=store)
+
+    first = await run_turn(agent, "Remember the word kiwi", workspace, local_provider(tmp_path / "machine-a"))
+    conversation = first.result.conversation
+    assert first.result.status == "completed" and conversation
+    assert list((tmp_path / "store").rglob(f"session-*-{conversation[:8]}.jsonl")), "the session was not captured"
+
+    fresh_root = tmp_path / "machine-b"  # a brand-new private home that has never seen this conversation
+    second = await run_turn(
+        agent, "Which word?", workspace, local_provider(fresh_root), continuation=Continuation(conversation)
+    )
+
+    assert second.result.status == "completed", second.result.error
+    assert second.result.conversation == conversation
+    assert "Noted: kiwi." in "".join(model_texts(fake_gemini.script.model_requests()[-1]))
+    assert list(fresh_root.rglob(f".gemini/tmp/workspace/chats/session-*-{conversation[:8]}.jsonl"))
