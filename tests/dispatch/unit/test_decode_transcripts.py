@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from muster_dispatch import (
+    AgentEvent,
     claude_harness,
     codex_harness,
     decode_transcript,
@@ -233,3 +234,7 @@ def test_gemini_garbled_lines_are_raw() -> None:
     assert [e.type for e in decode('{"type":"novel","session_id":"x"}')] == ["raw"]
     assert [e.type for e in decode("[1, 2]")] == ["raw"]
     assert decode("") == []
+    broken = ['{"type":"init","session_id":5}', '{"type":"tool_use","parameters":"x"}', '{"type":"result","stats":[1]}']
+    broken += ['{"type":"tool_result","status":"error","error":"x"}', '{"type":"error"}', "\udcff\x00", "null"]
+    for line in broken:
+        assert all(isinstance(e, AgentEvent) for e in decode(line))
