@@ -22,32 +22,17 @@ from muster_dispatch import (
     AgentInput,
     Continuation,
     DirectoryConversationStore,
-    cli_agent,
     dispatch,
-    gemini_harness,
     local_provider,
     quota_fault,
     unavailable_fault,
 )
-from muster_dispatch.agents import CliAgent
-from tests.dispatch.cli.support import new_marker, processes_with, run_turn
+from tests.dispatch.cli.support import gemini_agent, new_marker, processes_with, run_turn
 from tests.dispatch.fakes import gemini
 from tests.dispatch.fakes.gemini import CutOff, FakeGemini, model_texts, user_texts
 from tests.dispatch.fakes.plans import Fail, Reply, Script, ToolCall
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-
-def gemini_agent(
-    executable: Path | str, base_url: str, *, extra: dict[str, str] | None = None, storage: Any = None
-) -> CliAgent:
-    variables = {
-        "GOOGLE_GEMINI_BASE_URL": base_url,
-        "GEMINI_API_KEY": "test-gemini-key",
-        "MUSTER_GEMINI_MAX_ATTEMPTS": "2",
-    }
-    variables.update(extra or {})
-    return cli_agent(gemini_harness(executable=executable), model=gemini.MODEL, variables=variables, storage=storage)
 
 
 async def test_text_turn_in_a_private_home(
