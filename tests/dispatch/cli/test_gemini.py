@@ -192,6 +192,24 @@ async def test_transient_error_recovers(
     assert [r.answered for r in fake_gemini.script.model_requests()] == ["fail:500", "reply"]
 
 
+async def test_a_rate_limit_that_recovers_is_a_retry_not_a_quota(
+    gemini_cli: Path, fake_gemini: FakeGemini, workspace: Path, tmp_path: Path
+) -> None:
+    body = gemini.error_body(429, "RESOURCE_EXHAUSTED", "Resource has been exhausted (e.g. check quota).")
+    fake_gemini.script.plan(Fail(429, body), Reply(text="Recovered."))
+
+    turn = await run_turn(
+        gemini_agent(gemini_cli, fake_gemini.url), "Say hello", workspace, local_provider(tmp_path / "s")
+    )
+
+    assert turn.result.status == "completed", turn.result.error
+    assert turn.result.text == "Recovered."
+    assert not turn.of("failure") and not turn.of("quota")
+    # The CLI said "quota" while it retried: a retry notice is never the turn's fault.
+    assert any("Retrying" in line and "quota" in line for line in turn.result.stderr), turn.result.stderr
+    assert [r.answered for r in fake_gemini.script.model_requests()] == ["fail:429", "reply"]
+
+
 async def test_cut_off_stream_exiting_zero_is_a_failure(
     gemini_cli: Path, fake_gemini: FakeGemini, workspace: Path, tmp_path: Path
 ) -> None:
