@@ -166,8 +166,8 @@ def harness_of(entry: CliEntry) -> Harness:
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
     if entry.harness == "opencode":
         return opencode_harness()
-    if entry.harness == "gemini":
-        return gemini_harness()
+    if entry.harness == "gemini":  # its approval mode is this entry's permission_mode
+        return gemini_harness(approval_mode=entry.permission_mode) if entry.permission_mode else gemini_harness()
     return codex_harness()
 
 
