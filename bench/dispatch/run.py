@@ -1,7 +1,7 @@
 """Dispatch benchmarks (bounded to well under two minutes, no network).
 
-1. Decode throughput: harness ``events(line)`` over the captured real Claude / Codex transcripts vs ``json.loads`` of
-   the same lines, in lines/s of CPU time; goal: decode ≥ 0.8 × json.loads.
+1. Decode throughput: harness ``events(line)`` over the captured real Claude / Codex / OpenCode / Gemini CLI
+   transcripts vs ``json.loads`` of the same lines, in lines/s of CPU time; goal: decode ≥ 0.8 × json.loads.
 2. Per-turn overhead: ``dispatch(...).result()`` of a fake CLI printing a recorded transcript vs reading the same
    process with a bare asyncio subprocess; goal: ≤ 1.1×, and the added milliseconds.
 """
@@ -23,6 +23,7 @@ from muster_dispatch import (
     cli_agent,
     codex_harness,
     dispatch,
+    gemini_harness,
     local_provider,
     opencode_harness,
 )
@@ -65,7 +66,7 @@ def _rates(fn: Callable[[str], object], baseline: Callable[[str], object], lines
 def bench_decode() -> bool:
     ok = True
     harness: Harness
-    for harness in (claude_harness(), codex_harness(), opencode_harness()):
+    for harness in (claude_harness(), codex_harness(), opencode_harness(), gemini_harness()):
         lines = _lines(harness.name)
         decoded, baseline = _rates(harness.events, json.loads, lines)
         ratio = decoded / baseline

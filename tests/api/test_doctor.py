@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from muster_dispatch.bootstrap import default_cache_dir
-from tests.dispatch.conftest import installed_clis  # noqa: F401  (a fixture, by name)
-from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, make_host_home
+from tests.dispatch.conftest import gemini_cli, installed_clis  # noqa: F401  (fixtures, by name)
+from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, GEMINI_TOKEN, make_host_home
 from tests.support.net import free_port
 
 MUSTER = Path(sys.executable).with_name("muster")
@@ -41,7 +41,7 @@ def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # All well needs the pinned CLIs in the cache: on a fresh clone nothing has put them there before this test.
-@pytest.mark.usefixtures("installed_clis")
+@pytest.mark.usefixtures("installed_clis", "gemini_cli")
 def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path, db_url: str) -> None:
     code, report, table = doctor(tmp_path, db_url)
     assert code == 0 and report["ok"], report
@@ -51,6 +51,10 @@ def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path,
     assert found["dispatch codex cli"]["ok"] and "0.169.0" in found["dispatch codex cli"]["detail"]
     assert {"path config", "path workspaces root", "path dispatch homes", "path cli cache"} <= set(found)
     assert CLAUDE_TOKEN not in table + json.dumps(report) and CODEX_TOKEN not in table
+    # Gemini CLI is installed, so it is one of the built-in agents, with the user's Google login.
+    assert found["dispatch gemini cli"]["ok"] and "0.61.0" in found["dispatch gemini cli"]["detail"]
+    assert found["dispatch gemini credentials"]["detail"] == "host login ~/.gemini/oauth_creds.json"
+    assert GEMINI_TOKEN not in table + json.dumps(report)
 
 
 def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_path: Path, db_url: str) -> None:
@@ -63,6 +67,18 @@ def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_pat
     assert "/login" in found["dispatch claude credentials"]["fix"]
     assert "codex login" in found["dispatch codex credentials"]["fix"]
     assert "BAD" in table and "fix: muster install codex" in table
+    assert "dispatch gemini cli" not in found  # a built-in agent only once its CLI is installed
+
+
+def test_a_configured_gemini_agent_without_cli_or_login(tmp_path: Path, db_url: str) -> None:
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    config = '[dispatch_agents.g]\nkind = "cli"\nharness = "gemini"\n'
+    code, report, _ = doctor(tmp_path, db_url, config=config, MUSTER_CLI_CACHE=str(empty), MUSTER_HOST_HOME=str(empty))
+    found = rows(report)
+    assert code == 1
+    assert found["dispatch g cli"]["fix"] == "muster install gemini" and "0.61.0" in found["dispatch g cli"]["detail"]
+    assert not found["dispatch g credentials"]["ok"] and "GEMINI_API_KEY" in found["dispatch g credentials"]["fix"]
 
 
 def test_a_key_variable_is_named_as_the_credential_source(tmp_path: Path, db_url: str) -> None:

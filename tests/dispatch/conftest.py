@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.dispatch.fakes.anthropic import FakeAnthropic
+from tests.dispatch.fakes.gemini import FakeGemini
 from tests.dispatch.fakes.openai import FakeOpenAI
 
 
@@ -91,3 +92,30 @@ def opencode_cli() -> Path:
         if _required():
             pytest.fail(f"MUSTER_REQUIRE_CLIS is set but OpenCode could not be installed: {exc}")
         pytest.skip(f"OpenCode could not be installed through the bootstrap (npm, network?): {exc}")
+
+
+@pytest.fixture(scope="session")
+def gemini_cli() -> Path:
+    """The pinned Gemini CLI, installed once per session by the package's bootstrap."""
+    from muster_dispatch import DispatchError, ensure_cli, gemini_harness
+
+    try:
+        return Path(ensure_cli(gemini_harness(), cache_dir=os.environ.get("MUSTER_CLI_CACHE") or None))
+    except (DispatchError, OSError) as exc:
+        if _required():
+            pytest.fail(f"MUSTER_REQUIRE_CLIS is set but Gemini CLI could not be installed: {exc}")
+        pytest.skip(f"Gemini CLI could not be installed through the bootstrap (npm, network?): {exc}")
+
+
+@pytest.fixture(scope="session")
+def gemini_server() -> Iterator[FakeGemini]:
+    fake = FakeGemini()
+    with fake.running():
+        yield fake
+
+
+@pytest.fixture
+def fake_gemini(gemini_server: FakeGemini) -> FakeGemini:
+    """The Gemini fake with an empty plan and an empty request log."""
+    gemini_server.script.reset()
+    return gemini_server

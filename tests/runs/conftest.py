@@ -3,7 +3,10 @@
 from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
     anthropic_server,
     fake_anthropic,
+    fake_gemini,
     fake_openai,
+    gemini_cli,
+    gemini_server,
     installed_clis,
     openai_server,
 )

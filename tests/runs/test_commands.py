@@ -25,6 +25,8 @@ def test_install_all_piped_prints_plain_lines() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "installing claude…" and lines[2] == "installing codex…"
     assert lines[1].startswith("claude 2.1.328 ready at ") and lines[3].startswith("codex 0.169.0 ready at ")
+    assert "installing gemini…" in lines
+    assert any(line.startswith("gemini 0.61.0 ready at ") for line in lines)
     assert "\x1b[" not in done.stdout  # no terminal control sequences when piped
 
 
@@ -35,6 +37,14 @@ def test_install_json_result() -> None:
     assert result["ok"] is True
     assert [(r["harness"], r["version"]) for r in result["installed"]] == [("claude", "2.1.328")]
     assert Path(result["installed"][0]["path"]).exists()
+
+
+def test_install_gemini_json_result() -> None:
+    done = muster("install", "gemini", "--json")
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(done.stdout)["installed"]
+    assert (result["harness"], result["version"]) == ("gemini", "0.61.0")
+    assert Path(result["path"]).name == "gemini" and Path(result["path"]).exists()
 
 
 def test_install_failure_exits_non_zero_with_one_line(tmp_path: Path) -> None:
@@ -48,7 +58,7 @@ def test_install_failure_exits_non_zero_with_one_line(tmp_path: Path) -> None:
 
 
 def test_install_refuses_an_unknown_harness() -> None:
-    done = muster("install", "gemini")
+    done = muster("install", "aider")
     assert done.returncode == 2 and "invalid choice" in done.stderr
 
 

@@ -18,6 +18,7 @@ from tests.dispatch.cli.support import RESET_EPOCH
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes import anthropic, openai
 from tests.dispatch.fakes.anthropic import FakeAnthropic
+from tests.dispatch.fakes.gemini import FakeGemini
 from tests.dispatch.fakes.openai import FakeOpenAI
 from tests.dispatch.fakes.plans import Reply
 from tests.runs.processes import api
@@ -25,9 +26,11 @@ from tests.support.logins import CLAUDE_REFRESH, CLAUDE_TOKEN, CODEX_TOKEN, make
 
 pytestmark = [pytest.mark.cli]
 
+GEMINI_KEY = "AIza-fake-desk-gemini-key-81d2"
+
 
 @pytest.fixture
-def desk(db_url: str, tmp_path: Path, installed_clis: InstalledClis) -> tuple[Path, dict[str, str]]:
+def desk(db_url: str, tmp_path: Path, installed_clis: InstalledClis, gemini_cli: Path) -> tuple[Path, dict[str, str]]:
     """A checkout's directory and the environment of a user's shell: HOME with the logins (and the CLI cache the
     suite installed), no MUSTER_* variable but the database on the PostgreSQL leg."""
     checkout = tmp_path / "checkout"
@@ -56,21 +59,32 @@ def run_to_end(client: httpx.Client, **body: str) -> dict[str, object]:
 
 
 def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
-    desk: tuple[Path, dict[str, str]], tmp_path: Path, fake_anthropic: FakeAnthropic, fake_openai: FakeOpenAI
+    desk: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    fake_anthropic: FakeAnthropic,
+    fake_openai: FakeOpenAI,
+    fake_gemini: FakeGemini,
 ) -> None:
     checkout, env = desk
     env["ANTHROPIC_BASE_URL"] = fake_anthropic.url
     env["OPENAI_BASE_URL"] = f"{fake_openai.url}/v1"
+    # Gemini CLI is installed, so it is a built-in agent; a Google login cannot reach a fake server, a key exported
+    # in the shell can.
+    env["GOOGLE_GEMINI_BASE_URL"] = fake_gemini.url
+    env["GEMINI_API_KEY"] = GEMINI_KEY
     log = tmp_path / "serve.log"
     answers: list[str] = []
     with api(env, log, cwd=checkout) as url, httpx.Client(base_url=url, timeout=60) as client:
         listed = client.get("/dispatch/agents")
         answers.append(listed.text)
         agents = {a["name"]: a for a in listed.json()["agents"]}
-        assert sorted(agents) == ["claude", "codex", "fallback"] and agents["fallback"]["agents"] == ["claude", "codex"]
+        assert sorted(agents) == ["claude", "codex", "fallback", "gemini"]
+        assert agents["fallback"]["agents"] == ["claude", "codex", "gemini"]
         assert agents["claude"]["credentials"] == "host login ~/.claude/.credentials.json"
         assert agents["codex"]["credentials"] == "host login ~/.codex/auth.json"
         assert {a["sandbox"] for a in agents.values()} == {"bwrap"}  # so every run below is confined
+        assert agents["gemini"]["credentials"] == "key variable GEMINI_API_KEY"
+        assert (agents["gemini"]["installed"], agents["gemini"]["version"]) == (True, "0.61.0")
 
         fake_anthropic.script.plan(Reply(text="Claude at the desk."))
         claude = run_to_end(client, agent="claude", prompt="explain this repo", workspace="demo")
@@ -79,6 +93,10 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
         fake_openai.script.plan(Reply(text="Codex at the desk."))
         codex = run_to_end(client, agent="codex", prompt="explain this repo", workspace="demo")
         assert (codex["status"], codex["text"]) == ("completed", "Codex at the desk."), codex
+
+        fake_gemini.script.plan(Reply(text="Gemini at the desk."))
+        gemini = run_to_end(client, agent="gemini", prompt="explain this repo", workspace="demo")
+        assert (gemini["status"], gemini["text"]) == ("completed", "Gemini at the desk."), gemini
 
         fake_openai.script.plan(openai.usage_limited(RESET_EPOCH))
         quota = run_to_end(client, agent="codex", prompt="more", workspace="demo")
@@ -89,7 +107,7 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
         fell = run_to_end(client, agent="fallback", prompt="do the job", workspace="demo")
         assert (fell["status"], fell["selected"], fell["text"]) == ("completed", "codex", "Codex took over."), fell
 
-        for run in (claude, codex, quota, fell):
+        for run in (claude, codex, gemini, quota, fell):
             answers.append(client.get(f"/dispatch/runs/{run['id']}").text)
             answers.append(client.get(f"/dispatch/runs/{run['id']}/events?format=jsonl").text)
 
@@ -102,8 +120,9 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
     claude_seen = {r.credential for r in fake_anthropic.script.model_requests()}
     codex_seen = {r.credential for r in fake_openai.script.model_requests()}
     assert claude_seen == {f"Bearer {CLAUDE_TOKEN}"} and codex_seen == {f"Bearer {CODEX_TOKEN}"}
+    assert {r.credential for r in fake_gemini.script.model_requests()} == {GEMINI_KEY}
     # …and it appears in no journal row, answer or log line.
     told = "\n".join(answers) + log.read_text(errors="replace")
-    for secret in (CLAUDE_TOKEN, CLAUDE_REFRESH, CODEX_TOKEN):
+    for secret in (CLAUDE_TOKEN, CLAUDE_REFRESH, CODEX_TOKEN, GEMINI_KEY):
         assert secret not in told
     assert json.loads(answers[0])["agents"]

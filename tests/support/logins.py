@@ -1,5 +1,6 @@
-"""A fake host home holding a Claude Code OAuth login and a Codex ``auth.json`` with a stored API key: what
-``claude`` → ``/login`` and ``codex login --with-api-key`` leave in a user's home. Every test runs with
+"""A fake host home holding a Claude Code OAuth login, a Codex ``auth.json`` with a stored API key and a Gemini CLI
+``oauth_creds.json``: what ``claude`` → ``/login``, ``codex login --with-api-key`` and ``gemini`` → Login with Google
+leave in a user's home. Every test runs with
 ``MUSTER_HOST_HOME`` pointing at one, so that no test ever reads the login of the person running the suite."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 CLAUDE_TOKEN = "sk-ant-oat01-fake-host-login-3f9a"
 CLAUDE_REFRESH = "sk-ant-ort01-fake-host-refresh-3f9a"
 CODEX_TOKEN = "sk-fake-host-codex-login-7c21"
+GEMINI_TOKEN = "ya29.fake-host-gemini-login-5e80"
 # What the user's ~/.claude.json holds besides the account: none of it may reach a private home.
 PRIVATE_PROJECT = "/home/someone/secret-project"
 
@@ -32,8 +34,12 @@ class HostHome:
     def codex_auth(self) -> Path:
         return self.path / ".codex" / "auth.json"
 
+    @property
+    def gemini_oauth(self) -> Path:
+        return self.path / ".gemini" / "oauth_creds.json"
 
-def make_host_home(path: Path, *, claude: bool = True, codex: bool = True) -> HostHome:
+
+def make_host_home(path: Path, *, claude: bool = True, codex: bool = True, gemini: bool = True) -> HostHome:
     home = HostHome(path)
     path.mkdir(parents=True, exist_ok=True)
     if claude:
@@ -58,6 +64,9 @@ def make_host_home(path: Path, *, claude: bool = True, codex: bool = True) -> Ho
         )
     if codex:
         _write(home.codex_auth, {"OPENAI_API_KEY": CODEX_TOKEN, "tokens": None, "last_refresh": None})
+    if gemini:  # what `gemini` → Login with Google leaves
+        oauth = {"access_token": GEMINI_TOKEN, "token_type": "Bearer", "expiry_date": 4102444800000}
+        _write(home.gemini_oauth, oauth)
     return home
 
 

@@ -20,8 +20,10 @@ from muster_dispatch import (
     cli_agent,
     codex_harness,
     dispatch,
+    gemini_harness,
 )
 from muster_dispatch.agents import CliAgent
+from tests.dispatch.fakes.gemini import MODEL as GEMINI_MODEL
 from tests.dispatch.fakes.openai import MODEL as CODEX_MODEL
 from tests.dispatch.fakes.plans import Recorded
 
@@ -74,6 +76,19 @@ def codex_agent(
     return cli_agent(
         codex_harness(executable=executable), model=CODEX_MODEL, variables=variables, storage=storage, name=name
     )
+
+
+def gemini_agent(
+    executable: Path | str, base_url: str, *, extra: dict[str, str] | None = None, storage: Any = None
+) -> CliAgent:
+    """Gemini CLI pointed at the fake at ``base_url`` with a key, two attempts per request."""
+    variables = {
+        "GOOGLE_GEMINI_BASE_URL": base_url,
+        "GEMINI_API_KEY": "test-gemini-key",
+        "MUSTER_GEMINI_MAX_ATTEMPTS": "2",
+    }
+    variables.update(extra or {})
+    return cli_agent(gemini_harness(executable=executable), model=GEMINI_MODEL, variables=variables, storage=storage)
 
 
 @dataclass

@@ -123,6 +123,11 @@ class Script:
             self._plans.popleft()
             return head, "reply"
 
+    def keep(self, plan: Any) -> None:
+        """Put a plan taken by ``next`` back at the head of the queue (a fake's own persistent plans)."""
+        with self._lock:
+            self._plans.appendleft(plan)
+
     def record(self, entry: Recorded) -> None:
         with self._lock:
             self.requests.append(entry)

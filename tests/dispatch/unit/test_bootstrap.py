@@ -13,8 +13,8 @@ from tests.dispatch.unit.support import make_cli
 
 def test_unknown_name_fails_with_configuration() -> None:
     with pytest.raises(DispatchError) as info:
-        ensure_cli("gemini")
-    assert info.value.code == "configuration" and "claude" in info.value.message and "codex" in info.value.message
+        ensure_cli("aider")
+    assert info.value.code == "configuration" and "claude" in info.value.message and "gemini" in info.value.message
 
 
 def test_executable_override_is_returned_as_is(tmp_path: Path) -> None:

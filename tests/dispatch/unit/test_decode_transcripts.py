@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from muster_dispatch import (
+    AgentEvent,
     claude_harness,
     codex_harness,
     decode_transcript,
+    gemini_harness,
     opencode_harness,
     quota_fault,
     unavailable_fault,
@@ -37,12 +39,27 @@ EXPECTED: dict[str, tuple[str, str | None, bool, str, int, int]] = {
     "codex-server-error": ("failed", "process", True, "", 0, 0),
     "opencode-tool": ("completed", None, False, "The command printed it.", 240, 60),
     "opencode-quota": ("failed", "quota", False, "", 0, 0),
+    "gemini-plain": ("completed", None, False, "Hello from the fake model.", 120, 30),
+    "gemini-tool": ("completed", None, False, "The command printed it.", 240, 60),
+    "gemini-file-change": ("completed", None, False, "Wrote hello.txt.", 240, 60),
+    "gemini-transient": ("completed", None, False, "Recovered.", 120, 30),
+    "gemini-resume-2": ("completed", None, False, "The word was apple.", 120, 30),
+    "gemini-quota": ("failed", "quota", False, "", 0, 0),
+    "gemini-quota-retry-after": ("failed", "quota", False, "", 0, 0),
+    "gemini-capacity": ("failed", "process", True, "", 0, 0),
+    "gemini-server-error": ("failed", "process", True, "", 0, 0),
+    "gemini-cut-off": ("failed", "process", False, "I was say", 0, 0),
 }
 
 
 def _decode(name: str):  # type: ignore[no-untyped-def]
     info = meta(name)
-    harnesses = {"claude": claude_harness, "codex": codex_harness, "opencode": opencode_harness}
+    harnesses = {
+        "claude": claude_harness,
+        "codex": codex_harness,
+        "opencode": opencode_harness,
+        "gemini": gemini_harness,
+    }
     harness = harnesses[name.split("-")[0]]()
     stderr = info.get("stderr") or []
     assert isinstance(stderr, list)
@@ -155,3 +172,69 @@ def test_opencode_garbled_lines_are_raw() -> None:
     assert [e.type for e in decode('{"type":"text","part":7}')] == ["raw"]
     assert [e.type for e in decode('{"type":"novel","sessionID":"ses_1"}')] == ["raw"]
     assert decode("") == []
+
+
+def test_gemini_deltas_make_the_final_text_and_the_session_is_the_conversation() -> None:
+    events = [e for line in transcript("gemini-tool") for e in gemini_harness().events(line)]
+    assert [e.type for e in events] == [
+        "conversation",
+        "tool",
+        "tool_result",
+        "text_delta",
+        "text_delta",
+        "usage",
+        "finished",
+    ]
+    (conversation, tool, result) = events[:3]
+    assert conversation.id and len(conversation.id) == 36 and conversation.name == "gemini-2.5-pro"
+    assert tool.name == "run_shell_command" and tool.input["command"] == "echo muster-tool-ok"
+    assert result.id == tool.id and result.output == "muster-tool-ok" and result.code is None
+
+
+def test_gemini_resume_keeps_the_session() -> None:
+    assert _decode("gemini-resume").conversation == _decode("gemini-resume-2").conversation
+    assert meta("gemini-resume-2")["first_session"] == _decode("gemini-resume").conversation
+
+
+def test_gemini_daily_quota_message_and_no_reset() -> None:
+    fault = quota_fault(_decode("gemini-quota").error)
+    assert fault is not None
+    assert "exhausted your daily quota" in fault.message
+    assert fault.reset_at is None  # the CLI prints no time for a daily quota
+
+
+def test_gemini_suggested_retry_is_the_reset_time() -> None:
+    fault = quota_fault(_decode("gemini-quota-retry-after").error)
+    assert fault is not None and fault.reset_at is not None
+    assert "Suggested retry after 3600s" in fault.message
+
+
+def test_gemini_capacity_is_an_outage_though_stderr_calls_it_a_quota_error() -> None:
+    info = meta("gemini-capacity")
+    assert any("RetryableQuotaError" in line for line in info["stderr"])
+    error = _decode("gemini-capacity").error
+    assert quota_fault(error) is None and unavailable_fault(error) is not None
+
+
+def test_gemini_cut_off_stream_exits_zero_and_fails() -> None:
+    assert meta("gemini-cut-off")["exit_code"] == 0
+    error = _decode("gemini-cut-off").error
+    assert error is not None and "without a finish reason" in error.message
+
+
+def test_gemini_garbled_lines_are_raw() -> None:
+    decode = gemini_harness().events
+    assert [e.type for e in decode("not json at all")] == ["raw"]
+    assert [e.type for e in decode('{"type":"message","role":"assistant","content":7,"delta":true}')] == ["text_delta"]
+    assert [e.type for e in decode('{"type":"result","status":"error","error":"boom"}')] == [
+        "usage",
+        "failure",
+        "finished",
+    ]
+    assert [e.type for e in decode('{"type":"novel","session_id":"x"}')] == ["raw"]
+    assert [e.type for e in decode("[1, 2]")] == ["raw"]
+    assert decode("") == []
+    broken = ['{"type":"init","session_id":5}', '{"type":"tool_use","parameters":"x"}', '{"type":"result","stats":[1]}']
+    broken += ['{"type":"tool_result","status":"error","error":"x"}', '{"type":"error"}', "\udcff\x00", "null"]
+    for line in broken:
+        assert all(isinstance(e, AgentEvent) for e in decode(line))

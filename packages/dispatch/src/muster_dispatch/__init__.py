@@ -1,5 +1,5 @@
-"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex, OpenCode) with normalized events,
-quota/outage faults, fallback and replay. See README.md for the contract."""
+"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex, OpenCode, Gemini CLI) with
+normalized events, quota/outage faults, fallback and replay. See README.md for the contract."""
 
 from muster_dispatch.agents import (
     CliAgent,
@@ -28,6 +28,7 @@ from muster_dispatch.harness import (
 )
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
+from muster_dispatch.harnesses.gemini import gemini_harness
 from muster_dispatch.harnesses.opencode import opencode_harness
 from muster_dispatch.host_login import (
     CopiedLogin,
@@ -99,6 +100,7 @@ __all__ = [
     "dispatch",
     "ensure_cli",
     "fallback_agent",
+    "gemini_harness",
     "harness_status",
     "known_harnesses",
     "local_provider",

@@ -26,9 +26,15 @@ _verified: dict[Path, Path] = {}
 def known_harnesses() -> dict[str, Harness]:
     from muster_dispatch.harnesses.claude import claude_harness
     from muster_dispatch.harnesses.codex import codex_harness
+    from muster_dispatch.harnesses.gemini import gemini_harness
     from muster_dispatch.harnesses.opencode import opencode_harness
 
-    return {"claude": claude_harness(), "codex": codex_harness(), "opencode": opencode_harness()}
+    return {
+        "claude": claude_harness(),
+        "codex": codex_harness(),
+        "opencode": opencode_harness(),
+        "gemini": gemini_harness(),
+    }
 
 
 def harness_status(*, cache_dir: Path | str | None = None) -> dict[str, CliStatus]:

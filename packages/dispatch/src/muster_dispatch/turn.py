@@ -26,6 +26,8 @@ class Signals:
     requires_finished_event: bool
 
 
+_TEXT_KINDS = frozenset(("text", "text_delta", "tool"))
+
 NO_SIGNALS = Signals(lambda _t: False, lambda _t: False, False)
 
 
@@ -34,6 +36,7 @@ class TurnState:
 
     __slots__ = (
         "conversation",
+        "deltas",
         "events",
         "failures",
         "finished",
@@ -49,6 +52,8 @@ class TurnState:
     def __init__(self, signals: Signals) -> None:
         self.signals = signals
         self.text: str | None = None
+        # Fragments of the message being streamed, for a CLI that prints its text only as deltas (Gemini CLI).
+        self.deltas: list[str] = []
         self.result_text: str | None = None
         self.usage: Usage | None = None
         self.conversation: str | None = None
@@ -62,8 +67,8 @@ class TurnState:
     def observe(self, event: AgentEvent) -> None:
         self.events += 1
         kind = event.type
-        if kind == "text":
-            self.text = event.text
+        if kind in _TEXT_KINDS:
+            self._observe_text(event)
         elif kind == "usage" and event.usage is not None:
             if self.usage is None or event.code == "total":  # "total": a running total, the last one counts
                 self.usage = event.usage
@@ -88,8 +93,22 @@ class TurnState:
             if len(self.stderr) > 4 * STDERR_TAIL:
                 del self.stderr[:-STDERR_TAIL]
 
+    def _observe_text(self, event: AgentEvent) -> None:
+        kind = event.type
+        if kind == "text":
+            self.text = event.text
+            self.deltas.clear()
+        elif kind == "text_delta":
+            if event.text:
+                self.deltas.append(event.text)
+        elif self.deltas:  # a tool call ends the message streamed before it
+            self.text = "".join(self.deltas)
+            self.deltas.clear()
+
     def final_text(self) -> str | None:
-        return self.result_text if self.result_text is not None else self.text
+        if self.result_text is not None:
+            return self.result_text
+        return "".join(self.deltas) if self.deltas else self.text
 
     def conclude(self, *, exit_code: int | None, stopped: Stopped | None = None) -> TurnResult:
         usage = self.usage if self.usage is not None else Usage.missing()

@@ -1,14 +1,14 @@
 """The ``dispatch_agents`` block of the config file (``MUSTER_CONFIG``, shared with the A2A ``agents`` block).
 
-With no block, the built-in agents: ``claude``, ``codex`` and ``fallback`` (see ``builtin_agents``); a block
-replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` |
-``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. A cli or
-fallback agent runs in ``sandbox = "bwrap" | "podman" | "docker" | "local"`` (default: bwrap on Linux) with
+With no block, the built-in agents: ``claude``, ``codex``, ``gemini`` when its CLI is installed, and ``fallback``
+(see ``builtin_agents``); a block replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?,
+variables}`` | ``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. A
+cli or fallback agent runs in ``sandbox = "bwrap" | "podman" | "docker" | "local"`` (default: bwrap on Linux) with
 ``egress = "model" | "none" | "open" | ["host:port", …]`` (default ``"model"``: only its model's endpoints; a list
-adds hosts); a fallback's candidates run in the fallback's sandbox. ``${ENV}`` in
-variables is expanded as in the agents block. A wrong entry is isolated: it stays listed with its ``error`` and
-cannot run; the others are unaffected. Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the
-agent is then served over A2A too.
+adds hosts); a fallback's candidates run in the fallback's sandbox. ``${ENV}`` in variables is expanded as in the
+agents block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are
+unaffected. Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the agent is then served over A2A
+too.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from muster_dispatch import (
     credential_source,
     custom_agent,
     fallback_agent,
+    gemini_harness,
+    harness_status,
     opencode_harness,
 )
 from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
@@ -77,7 +79,7 @@ class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["cli"]
-    harness: Literal["claude", "codex", "opencode"]
+    harness: Literal["claude", "codex", "opencode", "gemini"]
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -190,6 +192,8 @@ def harness_of(entry: CliEntry) -> Harness:
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
     if entry.harness == "opencode":
         return opencode_harness()
+    if entry.harness == "gemini":  # its approval mode is this entry's permission_mode
+        return gemini_harness(approval_mode=entry.permission_mode) if entry.permission_mode else gemini_harness()
     return codex_harness()
 
 
@@ -284,19 +288,31 @@ def _check_members(definitions: dict[str, AgentDefinition]) -> None:
 BUILTIN_VARIABLES = {
     "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"),
     "codex": ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL"),
+    "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
 }
+# Offered always (a run installs its pinned CLI when missing); the others only once their CLI is installed.
+BUILTIN_ALWAYS = ("claude", "codex")
 BUILTIN_FALLBACK = "fallback"
 
 
+def builtin_harnesses() -> list[str]:
+    """The harnesses of the built-in agents, in fallback order: ``BUILTIN_ALWAYS``, then each other one of
+    ``BUILTIN_VARIABLES`` whose pinned CLI is installed (``harness_status``: no process is run)."""
+    status = harness_status()
+    return [name for name in BUILTIN_VARIABLES if name in BUILTIN_ALWAYS or (name in status and status[name].installed)]
+
+
 def builtin_agents(env: Mapping[str, str]) -> DispatchAgents:
-    """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex`` (the pinned
-    CLI, its own default model, the user's login or key) and ``fallback`` = claude, then codex."""
+    """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex``, and
+    ``gemini`` when its CLI is installed (the pinned CLI, its own default model, the user's login or key); and
+    ``fallback`` = those, in that order."""
     definitions: dict[str, AgentDefinition] = {}
-    for harness, names in BUILTIN_VARIABLES.items():
-        variables = {name: f"${{{name}}}" for name in names if env.get(name)}
+    harnesses = builtin_harnesses()
+    for harness in harnesses:
+        variables = {name: f"${{{name}}}" for name in BUILTIN_VARIABLES[harness] if env.get(name)}
         raw = {"kind": "cli", "harness": harness, "variables": variables}
         definitions[harness] = replace(_definition(harness, raw, env), builtin=True)
-    fallback = {"kind": "fallback", "agents": list(BUILTIN_VARIABLES)}
+    fallback = {"kind": "fallback", "agents": harnesses}
     definitions[BUILTIN_FALLBACK] = replace(_definition(BUILTIN_FALLBACK, fallback, env), builtin=True)
     _check_members(definitions)
     return DispatchAgents(definitions)
