@@ -30,8 +30,8 @@ async def test_gemini_completes_in_bwrap_with_its_own_tools(
         Reply(tool=ToolCall("touch made-by-shell.txt && echo made")),
         Reply(text="Finished."),
     )
-    # The fake model listens on the host's loopback: this sandbox shares the host's network.
-    provider = BwrapProvider(tmp_path / "homes", network="open")
+    # The fake model listens on the host's loopback: the sandbox reaches it only through its egress proxy.
+    provider = BwrapProvider(tmp_path / "homes")
 
     turn = await run_turn(gemini_agent(gemini_cli, fake_gemini.url), "Create hello.txt", workspace, provider)
 
