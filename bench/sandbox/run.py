@@ -106,7 +106,12 @@ async def main(turns: int) -> None:
         }
         pairs = [("bwrap", "local", "goal <= 15 ms"), ("bwrap-egress", "bwrap", "the bridge's start")]
         await compare(
-            cli_agent(claude_harness(executable=cli)), providers, pairs, turns, "near-empty fake CLI turn", root / "ws"
+            cli_agent(claude_harness(executable=cli), variables={"ANTHROPIC_API_KEY": "bench"}),
+            providers,
+            pairs,
+            turns,
+            "near-empty fake CLI turn",
+            root / "ws",
         )
     await codex(max(turns // 4, 5))
 
