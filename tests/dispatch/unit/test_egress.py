@@ -38,11 +38,11 @@ def test_the_policy_reads_its_four_forms() -> None:
 
 
 def test_local_refuses_an_egress_it_cannot_enforce() -> None:
-    check_egress("local", Egress())
     check_egress("local", Egress("open"))
     check_egress("bwrap", Egress("none"))
-    with pytest.raises(DispatchError, match="needs a sandbox"):
-        check_egress("local", Egress("none"))
+    for named in (Egress(), Egress("none"), Egress.parse(["pypi.org:443"])):
+        with pytest.raises(DispatchError, match="needs a sandbox"):
+            check_egress("local", named)
 
 
 def test_each_harness_names_its_model_endpoints() -> None:

@@ -112,7 +112,9 @@ class Egress:
         if isinstance(value, str):
             if value not in EGRESS_MODES:
                 raise DispatchError(
-                    "configuration", f"{field} must be one of {', '.join(EGRESS_MODES)} or a list of host:port"
+                    "configuration",
+                    f"{field} must be one of {', '.join(EGRESS_MODES)} or a list of host:port",
+                    {"field": field},
                 )
             return cls(value)  # type: ignore[arg-type]
         if isinstance(value, list | tuple):

@@ -128,6 +128,9 @@ class LocalProcess:
         signal_all(tree, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._exited), 5.0)
+        # A killed process takes a while to end (a large one on a busy machine, a namespace torn down after its
+        # first process): the kill is over once none of them runs.
+        await _ended(tree, 5.0)
 
     def kill_now(self) -> None:
         """SIGKILL the group and every descendant at once (no grace, no await: usable while being cancelled)."""
@@ -151,6 +154,33 @@ class LocalProcess:
         self.on_close.clear()
         if self.popen.poll() is None:
             threading.Thread(target=self.popen.wait, name=f"muster-reap-{self.pid}", daemon=True).start()
+
+
+async def _ended(pids: set[int], patience: float) -> None:
+    """Wait until every process of ``pids`` has ended (a pidfd turns readable then), for at most ``patience``
+    seconds; nothing to wait for where the system has no pidfds."""
+    loop = asyncio.get_running_loop()
+    watched: list[tuple[int, asyncio.Future[None]]] = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # already gone (or no pidfds here)
+            continue
+        ended: asyncio.Future[None] = loop.create_future()
+        loop.add_reader(fd, _settle, ended)
+        watched.append((fd, ended))
+    try:
+        if watched:
+            await asyncio.wait([ended for _, ended in watched], timeout=patience)
+    finally:
+        for fd, _ in watched:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def spawn(

@@ -34,8 +34,9 @@ def default_sandbox() -> SandboxName:
 
 
 def check_egress(sandbox: str, egress: Egress) -> None:
-    """Refuse an egress the sandbox cannot enforce (``configuration``)."""
-    if sandbox == "local" and egress != Egress() and egress.mode != "open":
+    """Refuse an egress the sandbox cannot enforce (``configuration``): the host enforces none, so an agent on it that
+    names an egress may name only ``"open"``."""
+    if sandbox == "local" and egress.mode != "open":
         raise DispatchError(
             "configuration",
             f'egress = "{egress.describe()}" needs a sandbox: sandbox = "local" shares the host\'s network',

@@ -247,9 +247,8 @@ def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefi
     except ValidationError as exc:
         return AgentDefinition(name, kind or "unknown", error=_problems(exc))
     try:
-        if isinstance(entry, CliEntry | FallbackEntry):
-            egress = Egress.parse(entry.egress or "model")
-            check_egress(entry.sandbox or default_sandbox(), egress)
+        if isinstance(entry, CliEntry | FallbackEntry) and entry.egress is not None:
+            check_egress(entry.sandbox or default_sandbox(), Egress.parse(entry.egress))
         if isinstance(entry, CliEntry):
             variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
             entry = entry.model_copy(update={"variables": variables})
