@@ -91,3 +91,16 @@ def opencode_cli() -> Path:
         if _required():
             pytest.fail(f"MUSTER_REQUIRE_CLIS is set but OpenCode could not be installed: {exc}")
         pytest.skip(f"OpenCode could not be installed through the bootstrap (npm, network?): {exc}")
+
+
+@pytest.fixture(scope="session")
+def copilot_cli() -> Path:
+    """The pinned GitHub Copilot CLI, installed once per session by the package's bootstrap."""
+    from muster_dispatch import DispatchError, copilot_harness, ensure_cli
+
+    try:
+        return Path(ensure_cli(copilot_harness(), cache_dir=os.environ.get("MUSTER_CLI_CACHE") or None))
+    except (DispatchError, OSError) as exc:
+        if _required():
+            pytest.fail(f"MUSTER_REQUIRE_CLIS is set but Copilot could not be installed: {exc}")
+        pytest.skip(f"Copilot could not be installed through the bootstrap (npm, network?): {exc}")
