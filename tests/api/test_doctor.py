@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from muster_dispatch.bootstrap import default_cache_dir
-from tests.dispatch.conftest import installed_clis  # noqa: F401  (a fixture, by name)
+from tests.dispatch.conftest import copilot_cli, installed_clis, opencode_cli  # noqa: F401  (fixtures, by name)
 from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, make_host_home
 from tests.support.net import free_port
 
@@ -41,16 +41,28 @@ def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # All well needs the pinned CLIs in the cache: on a fresh clone nothing has put them there before this test.
-@pytest.mark.usefixtures("installed_clis")
+# OpenCode and Copilot are built-in agents once installed: their keys come from the shell, as a user exports them.
+@pytest.mark.usefixtures("installed_clis", "opencode_cli", "copilot_cli")
 def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path, db_url: str) -> None:
-    code, report, table = doctor(tmp_path, db_url)
+    keys = {
+        "OPENROUTER_API_KEY": "sk-or-hidden",
+        "COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "COPILOT_PROVIDER_API_KEY": "sk-copilot-hidden",
+        "COPILOT_MODEL": "gpt-5.1",
+    }
+    code, report, table = doctor(tmp_path, db_url, **keys)
     assert code == 0 and report["ok"], report
     found = rows(report)
     assert found["database"]["ok"] and "migrated" in found["database"]["detail"]
     assert found["dispatch claude credentials"]["detail"] == "host login ~/.claude/.credentials.json"
     assert found["dispatch codex cli"]["ok"] and "0.169.0" in found["dispatch codex cli"]["detail"]
+    assert found["dispatch opencode cli"]["ok"] and "1.18.33" in found["dispatch opencode cli"]["detail"]
+    assert found["dispatch copilot cli"]["ok"] and "1.0.102" in found["dispatch copilot cli"]["detail"]
+    assert found["dispatch copilot credentials"]["detail"] == "key variable COPILOT_PROVIDER_API_KEY"
+    assert found["dispatch opencode credentials"]["detail"] == "key variable OPENROUTER_API_KEY"
     assert {"path config", "path workspaces root", "path dispatch homes", "path cli cache"} <= set(found)
     assert CLAUDE_TOKEN not in table + json.dumps(report) and CODEX_TOKEN not in table
+    assert "hidden" not in table + json.dumps(report)
 
 
 def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_path: Path, db_url: str) -> None:
@@ -63,6 +75,7 @@ def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_pat
     assert "/login" in found["dispatch claude credentials"]["fix"]
     assert "codex login" in found["dispatch codex credentials"]["fix"]
     assert "BAD" in table and "fix: muster install codex" in table
+    assert "dispatch copilot cli" not in found and "dispatch opencode cli" not in found  # offered once installed
 
 
 def test_a_key_variable_is_named_as_the_credential_source(tmp_path: Path, db_url: str) -> None:

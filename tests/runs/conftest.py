@@ -2,8 +2,10 @@
 
 from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
     anthropic_server,
+    copilot_cli,
     fake_anthropic,
     fake_openai,
     installed_clis,
     openai_server,
+    opencode_cli,
 )

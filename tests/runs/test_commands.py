@@ -25,6 +25,7 @@ def test_install_all_piped_prints_plain_lines() -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "installing claude…" and lines[2] == "installing codex…"
     assert lines[1].startswith("claude 2.1.328 ready at ") and lines[3].startswith("codex 0.169.0 ready at ")
+    assert "installing copilot…" in lines and any(line.startswith("copilot 1.0.102 ready at ") for line in lines)
     assert "\x1b[" not in done.stdout  # no terminal control sequences when piped
 
 
@@ -35,6 +36,15 @@ def test_install_json_result() -> None:
     assert result["ok"] is True
     assert [(r["harness"], r["version"]) for r in result["installed"]] == [("claude", "2.1.328")]
     assert Path(result["installed"][0]["path"]).exists()
+
+
+def test_install_copilot_checks_the_pin_with_its_package_unpacked_beside_it() -> None:
+    done = muster("install", "copilot", "--json")
+    assert done.returncode == 0, done.stderr
+    (installed,) = json.loads(done.stdout)["installed"]
+    assert (installed["harness"], installed["version"]) == ("copilot", "1.0.102")
+    binary = Path(installed["path"])
+    assert binary.name == "copilot" and (binary.parents[2] / "unpacked").is_dir()
 
 
 def test_install_failure_exits_non_zero_with_one_line(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The ``dispatch_agents`` block of the config file (``MUSTER_CONFIG``, shared with the A2A ``agents`` block).
 
-With no block, the built-in agents: ``claude``, ``codex`` and ``fallback`` (see ``builtin_agents``); a block
+With no block, the built-in agents: ``claude``, ``codex``, ``fallback``, and ``opencode`` and ``copilot`` when their
+pinned CLI is installed (see ``builtin_agents``); a block
 replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` |
 ``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in
 variables is expanded as in the agents block. A wrong entry is isolated: it stays listed with its ``error`` and
@@ -29,6 +30,7 @@ from muster_dispatch import (
     cli_agent,
     cli_status,
     codex_harness,
+    copilot_harness,
     credential_source,
     custom_agent,
     fallback_agent,
@@ -71,7 +73,7 @@ class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["cli"]
-    harness: Literal["claude", "codex", "opencode"]
+    harness: Literal["claude", "codex", "opencode", "copilot"]
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -164,6 +166,8 @@ def harness_of(entry: CliEntry) -> Harness:
         return claude_harness(permission_mode=entry.permission_mode) if entry.permission_mode else claude_harness()
     if entry.harness == "opencode":
         return opencode_harness()
+    if entry.harness == "copilot":
+        return copilot_harness()
     return codex_harness()
 
 
@@ -247,22 +251,44 @@ def _check_members(definitions: dict[str, AgentDefinition]) -> None:
 BUILTIN_VARIABLES = {
     "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"),
     "codex": ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL"),
+    "opencode": ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"),
+    "copilot": (
+        "COPILOT_PROVIDER_BASE_URL",
+        "COPILOT_PROVIDER_TYPE",
+        "COPILOT_PROVIDER_WIRE_API",
+        "COPILOT_PROVIDER_API_KEY",
+        "COPILOT_PROVIDER_BEARER_TOKEN",
+        "COPILOT_MODEL",
+        "COPILOT_GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GITHUB_TOKEN",
+    ),
 }
+# Offered only when their pinned CLI is installed (`muster install NAME`): claude and codex always are.
+BUILTIN_WHEN_INSTALLED = ("opencode", "copilot")
 BUILTIN_FALLBACK = "fallback"
+BUILTIN_FALLBACK_MEMBERS = ("claude", "codex")
 
 
 def builtin_agents(env: Mapping[str, str]) -> DispatchAgents:
     """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex`` (the pinned
-    CLI, its own default model, the user's login or key) and ``fallback`` = claude, then codex."""
+    CLI, its own default model, the user's login or key), ``opencode`` and ``copilot`` when their CLI is installed,
+    and ``fallback`` = claude, then codex."""
     definitions: dict[str, AgentDefinition] = {}
     for harness, names in BUILTIN_VARIABLES.items():
+        if harness in BUILTIN_WHEN_INSTALLED and not _installed(harness):
+            continue
         variables = {name: f"${{{name}}}" for name in names if env.get(name)}
         raw = {"kind": "cli", "harness": harness, "variables": variables}
         definitions[harness] = replace(_definition(harness, raw, env), builtin=True)
-    fallback = {"kind": "fallback", "agents": list(BUILTIN_VARIABLES)}
+    fallback = {"kind": "fallback", "agents": list(BUILTIN_FALLBACK_MEMBERS)}
     definitions[BUILTIN_FALLBACK] = replace(_definition(BUILTIN_FALLBACK, fallback, env), builtin=True)
     _check_members(definitions)
     return DispatchAgents(definitions)
+
+
+def _installed(harness: str) -> bool:
+    return cli_status(harness_of(CliEntry(kind="cli", harness=harness))).installed
 
 
 def parse_dispatch_agents(config: Mapping[str, Any], *, env: Mapping[str, str] | None = None) -> DispatchAgents:
