@@ -93,7 +93,7 @@ async def test_tool_turn_and_file_change(copilot_cli: Path, fake_anthropic: Fake
     )
 
     turn = await run_turn(
-        copilot_agent(fake_anthropic.url), "Run echo, write", workspace, local_provider(workspace.parent / "s")
+        copilot_agent(fake_anthropic.url), "-x: run echo, write", workspace, local_provider(workspace.parent / "s")
     )
 
     assert turn.result.status == "completed", turn.result.error
@@ -106,6 +106,8 @@ async def test_tool_turn_and_file_change(copilot_cli: Path, fake_anthropic: Fake
     (change,) = turn.of("file_change")
     assert change.data == {"path": str(target), "kind": "create"}
     assert target.read_text() == "hi\n"
+    # A prompt that starts with "-" is still the prompt.
+    assert "-x: run echo, write" in " ".join(user_texts(fake_anthropic.script.model_requests()[0]))
     # Three model calls of 120 in and 30 out each, read from the session's own record.
     assert (turn.result.usage.input, turn.result.usage.output) == (360, 90)
 

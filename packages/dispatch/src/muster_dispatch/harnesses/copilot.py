@@ -1,4 +1,4 @@
-"""GitHub Copilot CLI: ``copilot -p PROMPT --output-format json`` and its JSON event lines (``{type, data, id}``).
+"""GitHub Copilot CLI: ``copilot --prompt=PROMPT --output-format json`` and its JSON event lines (``{type, data, id}``).
 
 The session id is printed only by the last line (``{"type": "result", "sessionId", "exitCode"}``), which is also the
 end of a turn; a new session therefore gets its id from the harness (``--session-id``), so that a turn stopped before
@@ -77,9 +77,10 @@ _RETRY_NOTICE = re.compile(r"\bretrying\b|^\s*retry\b")
 
 
 def request(input: AgentInput, model: str | None, program: str) -> Command:
-    # --allow-all-tools: a prompt-mode session cannot ask for each tool. No folder trust: the workspace's own hooks,
-    # plugins and MCP servers are not loaded.
-    args: list[str] = ["-p", input.prompt, "--output-format", "json", "--allow-all-tools", "--no-auto-update"]
+    # `--prompt=TEXT`: after a bare `-p`, a prompt that starts with "-" is taken for options. --allow-all-tools: a
+    # prompt-mode session cannot ask for each tool. No folder trust: the workspace's own hooks, plugins and MCP
+    # servers are not loaded.
+    args = [f"--prompt={input.prompt}", "--output-format", "json", "--allow-all-tools", "--no-auto-update"]
     if model:
         args += ["--model", model]
     if input.continuation is not None:
@@ -227,8 +228,8 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
 
 
 def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
-    # The private home is HOME, so COPILOT_HOME (~/.copilot: settings, sessions, logs) is inside it.
-    env: dict[str, str] = {}
+    # Settings, sessions and logs in the private home, whatever COPILOT_HOME the host has.
+    env: dict[str, str] = {"COPILOT_HOME": "~/.copilot"}
     if variables.get("COPILOT_PROVIDER_BASE_URL"):
         env["COPILOT_OFFLINE"] = "true"
     return AgentConfiguration(env=env)
