@@ -19,6 +19,7 @@ import pytest
 from muster_dispatch import (
     AgentEvent,
     Continuation,
+    MemoryConversationStore,
     cli_agent,
     copilot_harness,
     local_provider,
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 MODEL = "claude-sonnet-4-5"
 
 
-def copilot_agent(base_url: str, *, extra: dict[str, str] | None = None) -> CliAgent:
+def copilot_agent(base_url: str, *, extra: dict[str, str] | None = None, storage: Any = None) -> CliAgent:
     variables = {
         "COPILOT_PROVIDER_TYPE": "anthropic",
         "COPILOT_PROVIDER_BASE_URL": base_url,
@@ -45,7 +46,7 @@ def copilot_agent(base_url: str, *, extra: dict[str, str] | None = None) -> CliA
         "COPILOT_MODEL": MODEL,
     }
     variables.update(extra or {})
-    return cli_agent(copilot_harness(), variables=variables)
+    return cli_agent(copilot_harness(), variables=variables, storage=storage)
 
 
 def _kill(pids: list[int]) -> None:
@@ -130,6 +131,26 @@ async def test_continued_turn_sees_the_earlier_one(
     assert "Noted: apple." in assistant_texts(fake_anthropic.script.model_requests()[-1])
     # This turn's usage only, not the session's running total.
     assert (second.result.usage.input, second.result.usage.output) == (200, 30)
+
+
+async def test_cold_resume_in_a_new_private_home(
+    copilot_cli: Path, fake_anthropic: FakeAnthropic, workspace: Path, tmp_path: Path
+) -> None:
+    """The session is captured after the first turn and written into another home for the second (another worker)."""
+    fake_anthropic.script.plan(Reply(text="Noted: pear."), Reply(text="The word was pear."))
+    agent = copilot_agent(fake_anthropic.url, storage=MemoryConversationStore())
+    first = await run_turn(agent, "Remember the word pear", workspace, local_provider(tmp_path / "one"))
+    session = first.result.conversation
+    assert first.result.status == "completed" and session
+
+    second = await run_turn(
+        agent, "Which word?", workspace, local_provider(tmp_path / "two"), continuation=Continuation(session)
+    )
+
+    assert second.result.status == "completed", second.result.error
+    assert second.result.conversation == session and second.result.text == "The word was pear."
+    assert "Noted: pear." in assistant_texts(fake_anthropic.script.model_requests()[-1])
+    assert list((tmp_path / "two").rglob(f"session-state/{session}/events.jsonl"))
 
 
 async def test_fork_is_refused_before_a_process_starts(
