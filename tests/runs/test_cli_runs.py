@@ -162,6 +162,43 @@ async def test_fallback_crosses_vendors_from_codex_to_opencode(
     assert "Do the job" in " ".join(user_texts(opencode_asked[0]))
 
 
+async def test_fallback_crosses_vendors_from_claude_to_copilot(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    copilot_cli: Path,
+    fake_anthropic: FakeAnthropic,
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    fake_anthropic.script.plan(anthropic.usage_limited(RESET_EPOCH))
+    with FakeAnthropic().running() as other:
+        other.script.plan(Reply(text="Copilot finished the job."))
+        copilot = {
+            "kind": "cli",
+            "harness": "copilot",
+            "variables": {
+                "COPILOT_PROVIDER_TYPE": "anthropic",
+                "COPILOT_PROVIDER_BASE_URL": other.url,
+                "COPILOT_PROVIDER_API_KEY": "sk-copilot-key",
+                "COPILOT_MODEL": "claude-sonnet-4-5",
+            },
+        }
+        agents = {
+            "claude": claude(fake_anthropic.url, subscription=True),
+            "copilot": copilot,
+            "team": {"kind": "fallback", "agents": ["claude", "copilot"]},
+        }
+        async with dispatch_app(db_url, tmp_path, agents) as client:
+            run = await finished(client, (await start(client, agent="team", prompt="Do the job", workspace="w"))["id"])
+        copilot_asked = other.script.model_requests()
+    assert run["status"] == "completed" and run["text"] == "Copilot finished the job.", run
+    assert [(a["agent"], a["status"]) for a in run["attempts"]] == [("claude", "failed"), ("copilot", "completed")]
+    assert run["attempts"][0]["error"]["code"] == "quota"
+    assert run["conversation"] and len(copilot_asked) == 1
+    assert "Do the job" in " ".join(user_texts(copilot_asked[0]))
+
+
 async def test_cancel_and_deadline_leave_no_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, installed_clis: InstalledClis, fake_anthropic: FakeAnthropic
 ) -> None:
