@@ -22,6 +22,7 @@ from muster_dispatch import (
     claude_harness,
     cli_agent,
     codex_harness,
+    copilot_harness,
     dispatch,
     gemini_harness,
     local_provider,
@@ -39,6 +40,8 @@ TURN_GOAL = 1.1  # a dispatched turn at most this multiple of a bare asyncio sub
 def _lines(prefix: str) -> list[str]:
     lines: list[str] = []
     for path in sorted(TRANSCRIPTS.glob(f"{prefix}-*.jsonl")):
+        if path.name.endswith(".session.jsonl"):
+            continue  # a session record on disk, not what the CLI printed
         lines += [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     if not lines:
         sys.exit(f"no {prefix} transcripts under {TRANSCRIPTS}")
@@ -66,13 +69,13 @@ def _rates(fn: Callable[[str], object], baseline: Callable[[str], object], lines
 def bench_decode() -> bool:
     ok = True
     harness: Harness
-    for harness in (claude_harness(), codex_harness(), opencode_harness(), gemini_harness()):
+    for harness in (claude_harness(), codex_harness(), opencode_harness(), gemini_harness(), copilot_harness()):
         lines = _lines(harness.name)
         decoded, baseline = _rates(harness.events, json.loads, lines)
         ratio = decoded / baseline
         ok = ok and ratio >= DECODE_GOAL
         print(
-            f"decode {harness.name:6}  {decoded:12,.0f} lines/s   json.loads {baseline:12,.0f} lines/s   "
+            f"decode {harness.name:8}  {decoded:12,.0f} lines/s   json.loads {baseline:12,.0f} lines/s   "
             f"ratio {ratio:.2f} (goal ≥ {DECODE_GOAL:.2f}) {'OK' if ratio >= DECODE_GOAL else 'BELOW GOAL'}"
         )
     return ok

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 
 from muster_dispatch.bootstrap import default_cache_dir
-from tests.dispatch.conftest import gemini_cli, installed_clis  # noqa: F401  (fixtures, by name)
+from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
+    copilot_cli,
+    gemini_cli,
+    installed_clis,
+    opencode_cli,
+)
 from tests.support.logins import CLAUDE_TOKEN, CODEX_TOKEN, GEMINI_TOKEN, make_host_home
 from tests.support.net import free_port
 
@@ -41,20 +46,33 @@ def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 # All well needs the pinned CLIs in the cache: on a fresh clone nothing has put them there before this test.
-@pytest.mark.usefixtures("installed_clis", "gemini_cli")
+# OpenCode, Gemini CLI and Copilot are built-in agents once installed: their keys come from the shell, as a user
+# exports them (Gemini's login from the host home).
+@pytest.mark.usefixtures("installed_clis", "opencode_cli", "gemini_cli", "copilot_cli")
 def test_all_well_is_exit_0_and_names_every_source_but_no_secret(tmp_path: Path, db_url: str) -> None:
-    code, report, table = doctor(tmp_path, db_url)
+    keys = {
+        "OPENROUTER_API_KEY": "sk-or-hidden",
+        "COPILOT_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "COPILOT_PROVIDER_API_KEY": "sk-copilot-hidden",
+        "COPILOT_MODEL": "gpt-5.1",
+    }
+    code, report, table = doctor(tmp_path, db_url, **keys)
     assert code == 0 and report["ok"], report
     found = rows(report)
     assert found["database"]["ok"] and "migrated" in found["database"]["detail"]
     assert found["dispatch claude credentials"]["detail"] == "host login ~/.claude/.credentials.json"
     assert found["dispatch codex cli"]["ok"] and "0.169.0" in found["dispatch codex cli"]["detail"]
+    assert found["dispatch opencode cli"]["ok"] and "1.18.33" in found["dispatch opencode cli"]["detail"]
+    assert found["dispatch copilot cli"]["ok"] and "1.0.102" in found["dispatch copilot cli"]["detail"]
+    assert found["dispatch copilot credentials"]["detail"] == "key variable COPILOT_PROVIDER_API_KEY"
+    assert found["dispatch opencode credentials"]["detail"] == "key variable OPENROUTER_API_KEY"
     assert {"path config", "path workspaces root", "path dispatch homes", "path cli cache"} <= set(found)
     assert CLAUDE_TOKEN not in table + json.dumps(report) and CODEX_TOKEN not in table
     # Gemini CLI is installed, so it is one of the built-in agents, with the user's Google login.
     assert found["dispatch gemini cli"]["ok"] and "0.61.0" in found["dispatch gemini cli"]["detail"]
     assert found["dispatch gemini credentials"]["detail"] == "host login ~/.gemini/oauth_creds.json"
     assert GEMINI_TOKEN not in table + json.dumps(report)
+    assert "hidden" not in table + json.dumps(report)
 
 
 def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_path: Path, db_url: str) -> None:
@@ -67,7 +85,7 @@ def test_a_missing_cli_and_a_missing_login_are_wrong_rows_with_their_fix(tmp_pat
     assert "/login" in found["dispatch claude credentials"]["fix"]
     assert "codex login" in found["dispatch codex credentials"]["fix"]
     assert "BAD" in table and "fix: muster install codex" in table
-    assert "dispatch gemini cli" not in found  # a built-in agent only once its CLI is installed
+    assert not {"dispatch gemini cli", "dispatch copilot cli", "dispatch opencode cli"} & set(found)  # once installed
 
 
 def test_a_configured_gemini_agent_without_cli_or_login(tmp_path: Path, db_url: str) -> None:

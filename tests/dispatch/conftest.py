@@ -119,3 +119,15 @@ def fake_gemini(gemini_server: FakeGemini) -> FakeGemini:
     """The Gemini fake with an empty plan and an empty request log."""
     gemini_server.script.reset()
     return gemini_server
+
+
+def copilot_cli() -> Path:
+    """The pinned GitHub Copilot CLI, installed once per session by the package's bootstrap."""
+    from muster_dispatch import DispatchError, copilot_harness, ensure_cli
+
+    try:
+        return Path(ensure_cli(copilot_harness(), cache_dir=os.environ.get("MUSTER_CLI_CACHE") or None))
+    except (DispatchError, OSError) as exc:
+        if _required():
+            pytest.fail(f"MUSTER_REQUIRE_CLIS is set but Copilot could not be installed: {exc}")
+        pytest.skip(f"Copilot could not be installed through the bootstrap (npm, network?): {exc}")

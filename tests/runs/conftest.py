@@ -2,6 +2,7 @@
 
 from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
     anthropic_server,
+    copilot_cli,
     fake_anthropic,
     fake_gemini,
     fake_openai,
@@ -9,4 +10,5 @@ from tests.dispatch.conftest import (  # noqa: F401  (fixtures, by name)
     gemini_server,
     installed_clis,
     openai_server,
+    opencode_cli,
 )

@@ -20,7 +20,7 @@ from tests.dispatch.cli.support import (
     user_texts,
 )
 from tests.dispatch.conftest import InstalledClis
-from tests.dispatch.fakes import anthropic
+from tests.dispatch.fakes import anthropic, openai
 from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.openai import MODEL as CODEX_MODEL
 from tests.dispatch.fakes.openai import FakeOpenAI
@@ -118,6 +118,85 @@ async def test_fallback_completes_through_the_second_candidate(
     assert [(a["agent"], a["status"]) for a in run["attempts"]] == [("claude", "failed"), ("codex", "completed")]
     assert run["attempts"][0]["error"]["code"] == "quota"
     assert "fallback" in types
+
+
+def opencode(url: str) -> dict[str, Any]:
+    variables = {
+        "MUSTER_OPENCODE_BASE_URL": f"{url}/v1",
+        "MUSTER_OPENCODE_MODEL": CODEX_MODEL,
+        "MUSTER_OPENCODE_ENV_KEY": CODEX_KEY_VAR,
+        CODEX_KEY_VAR: "sk-opencode-key",
+    }
+    return {"kind": "cli", "harness": "opencode", "variables": variables}
+
+
+async def test_fallback_crosses_vendors_from_codex_to_opencode(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    opencode_cli: Path,
+    fake_openai: FakeOpenAI,
+) -> None:
+    """Each candidate has its own model server: what Codex asks of its server cannot use up OpenCode's plan."""
+    dispatch_env(monkeypatch, tmp_path)
+    fake_openai.script.plan(openai.insufficient_quota(None))
+    with FakeOpenAI().running() as other:
+        other.script.plan(Reply(text="OpenCode finished the job."))
+        agents = {
+            "codex": codex(fake_openai.url),
+            "opencode": opencode(other.url),
+            "team": {"kind": "fallback", "agents": ["codex", "opencode"]},
+        }
+        async with dispatch_app(db_url, tmp_path, agents) as client:
+            started = await start(client, agent="team", prompt="Do the job", workspace="w")
+            run = await finished(client, started["id"])
+            types = [e["event"] for e in (await read_sse(client, run["id"])).events]
+        opencode_asked = other.script.model_requests()
+    assert run["status"] == "completed" and run["text"] == "OpenCode finished the job.", run
+    assert run["selected"] == "opencode"
+    assert [(a["agent"], a["status"]) for a in run["attempts"]] == [("codex", "failed"), ("opencode", "completed")]
+    assert run["attempts"][0]["error"]["code"] == "quota"
+    assert "fallback" in types
+    assert fake_openai.script.model_requests() and [r.answered for r in opencode_asked] == ["reply"]
+    assert "Do the job" in " ".join(user_texts(opencode_asked[0]))
+
+
+async def test_fallback_crosses_vendors_from_claude_to_copilot(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    copilot_cli: Path,
+    fake_anthropic: FakeAnthropic,
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    fake_anthropic.script.plan(anthropic.usage_limited(RESET_EPOCH))
+    with FakeAnthropic().running() as other:
+        other.script.plan(Reply(text="Copilot finished the job."))
+        copilot = {
+            "kind": "cli",
+            "harness": "copilot",
+            "variables": {
+                "COPILOT_PROVIDER_TYPE": "anthropic",
+                "COPILOT_PROVIDER_BASE_URL": other.url,
+                "COPILOT_PROVIDER_API_KEY": "sk-copilot-key",
+                "COPILOT_MODEL": "claude-sonnet-4-5",
+            },
+        }
+        agents = {
+            "claude": claude(fake_anthropic.url, subscription=True),
+            "copilot": copilot,
+            "team": {"kind": "fallback", "agents": ["claude", "copilot"]},
+        }
+        async with dispatch_app(db_url, tmp_path, agents) as client:
+            run = await finished(client, (await start(client, agent="team", prompt="Do the job", workspace="w"))["id"])
+        copilot_asked = other.script.model_requests()
+    assert run["status"] == "completed" and run["text"] == "Copilot finished the job.", run
+    assert [(a["agent"], a["status"]) for a in run["attempts"]] == [("claude", "failed"), ("copilot", "completed")]
+    assert run["attempts"][0]["error"]["code"] == "quota"
+    assert run["conversation"] and len(copilot_asked) == 1
+    assert "Do the job" in " ".join(user_texts(copilot_asked[0]))
 
 
 async def test_cancel_and_deadline_leave_no_process(

@@ -27,6 +27,7 @@ def test_install_all_piped_prints_plain_lines() -> None:
     assert lines[1].startswith("claude 2.1.328 ready at ") and lines[3].startswith("codex 0.169.0 ready at ")
     assert "installing gemini…" in lines
     assert any(line.startswith("gemini 0.61.0 ready at ") for line in lines)
+    assert "installing copilot…" in lines and any(line.startswith("copilot 1.0.102 ready at ") for line in lines)
     assert "\x1b[" not in done.stdout  # no terminal control sequences when piped
 
 
@@ -45,6 +46,15 @@ def test_install_gemini_json_result() -> None:
     (result,) = json.loads(done.stdout)["installed"]
     assert (result["harness"], result["version"]) == ("gemini", "0.61.0")
     assert Path(result["path"]).name == "gemini" and Path(result["path"]).exists()
+
+
+def test_install_copilot_checks_the_pin_with_its_package_unpacked_beside_it() -> None:
+    done = muster("install", "copilot", "--json")
+    assert done.returncode == 0, done.stderr
+    (installed,) = json.loads(done.stdout)["installed"]
+    assert (installed["harness"], installed["version"]) == ("copilot", "1.0.102")
+    binary = Path(installed["path"])
+    assert binary.name == "copilot" and (binary.parents[2] / "unpacked").is_dir()
 
 
 def test_install_failure_exits_non_zero_with_one_line(tmp_path: Path) -> None:

@@ -30,7 +30,14 @@ GEMINI_KEY = "AIza-fake-desk-gemini-key-81d2"
 
 
 @pytest.fixture
-def desk(db_url: str, tmp_path: Path, installed_clis: InstalledClis, gemini_cli: Path) -> tuple[Path, dict[str, str]]:
+def desk(
+    db_url: str,
+    tmp_path: Path,
+    installed_clis: InstalledClis,
+    gemini_cli: Path,
+    opencode_cli: Path,
+    copilot_cli: Path,
+) -> tuple[Path, dict[str, str]]:
     """A checkout's directory and the environment of a user's shell: HOME with the logins (and the CLI cache the
     suite installed), no MUSTER_* variable but the database on the PostgreSQL leg."""
     checkout = tmp_path / "checkout"
@@ -78,7 +85,8 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
         listed = client.get("/dispatch/agents")
         answers.append(listed.text)
         agents = {a["name"]: a for a in listed.json()["agents"]}
-        assert sorted(agents) == ["claude", "codex", "fallback", "gemini"]
+        # OpenCode, Gemini CLI and Copilot are offered too: their pinned CLIs are in the user's cache.
+        assert sorted(agents) == ["claude", "codex", "copilot", "fallback", "gemini", "opencode"]
         assert agents["fallback"]["agents"] == ["claude", "codex", "gemini"]
         assert agents["claude"]["credentials"] == "host login ~/.claude/.credentials.json"
         assert agents["codex"]["credentials"] == "host login ~/.codex/auth.json"
@@ -126,3 +134,42 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
     for secret in (CLAUDE_TOKEN, CLAUDE_REFRESH, CODEX_TOKEN, GEMINI_KEY):
         assert secret not in told
     assert json.loads(answers[0])["agents"]
+
+
+def test_copilot_is_built_in_once_installed_and_runs_with_the_provider_of_the_shell(
+    desk: tuple[Path, dict[str, str]], tmp_path: Path, fake_anthropic: FakeAnthropic
+) -> None:
+    checkout, env = desk
+    env |= {
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_BASE_URL": fake_anthropic.url,
+        "COPILOT_PROVIDER_API_KEY": "sk-copilot-desk-key",
+        "COPILOT_MODEL": "claude-sonnet-4-5",
+    }
+    log = tmp_path / "serve.log"
+    with api(env, log, cwd=checkout) as url, httpx.Client(base_url=url, timeout=60) as client:
+        agents = {a["name"]: a for a in client.get("/dispatch/agents").json()["agents"]}
+        copilot = agents["copilot"]
+        assert (copilot["installed"], copilot["version"], copilot["builtin"]) == (True, "1.0.102", True)
+        assert copilot["credentials"] == "key variable COPILOT_PROVIDER_API_KEY"
+        assert agents["opencode"]["installed"] is True and agents["opencode"]["version"] == "1.18.33"
+
+        fake_anthropic.script.plan(Reply(text="Copilot at the desk."))
+        run = run_to_end(client, agent="copilot", prompt="explain this repo", workspace="demo")
+        assert (run["status"], run["text"]) == ("completed", "Copilot at the desk."), run
+        events = client.get(f"/dispatch/runs/{run['id']}/events?format=jsonl").text
+
+    assert {r.credential for r in fake_anthropic.script.model_requests()} == {"sk-copilot-desk-key"}
+    assert "sk-copilot-desk-key" not in events + log.read_text(errors="replace")
+    # The user's home got no Copilot state: the turn ran in a private home under the checkout.
+    home = Path(env["HOME"])
+    assert not (home / ".copilot").exists() and not (home / ".cache" / "copilot").exists()
+
+
+def test_opencode_and_copilot_are_not_offered_before_they_are_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from muster_api.dispatch.config import builtin_agents
+
+    monkeypatch.setenv("MUSTER_CLI_CACHE", str(tmp_path / "empty-cache"))
+    assert sorted(builtin_agents({}).definitions) == ["claude", "codex", "fallback"]

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from muster_dispatch import AgentEvent, Continuation, cli_agent, local_provider, opencode_harness, quota_fault
@@ -150,3 +152,36 @@ async def test_outage_is_stopped_at_the_deadline_without_orphans(
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
     assert leftovers == [], "processes of the stopped opencode are still running"
+
+
+async def test_cancel_leaves_no_process(
+    opencode_cli: Path, fake_openai: FakeOpenAI, workspace: Path, tmp_path: Path
+) -> None:
+    gate = threading.Event()
+    fake_openai.script.plan(Reply(text="Too late.", gate=gate))
+    marker = new_marker()
+    seen: list[int] = []
+
+    async def cancel_once_asked(event: AgentEvent, running: Any) -> None:
+        if seen:
+            return
+        with anyio.fail_after(60):
+            while not fake_openai.script.model_requests():
+                await anyio.sleep(0.05)
+        seen.extend(processes_with(marker))
+        await running.cancel()
+
+    try:
+        agent = opencode_agent(opencode_cli, fake_openai.url, extra=marker)
+        turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "s"), on_event=cancel_once_asked)
+    finally:
+        gate.set()
+
+    assert seen, "OpenCode was not running when the turn was canceled"
+    assert turn.result.status == "canceled", turn.result
+    assert turn.result.text != "Too late."
+    leftovers = processes_with(marker)
+    for pid in leftovers:
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
+    assert leftovers == [], "processes of the canceled opencode are still running"

@@ -8,6 +8,7 @@ from muster_dispatch import (
     AgentEvent,
     claude_harness,
     codex_harness,
+    copilot_harness,
     decode_transcript,
     gemini_harness,
     opencode_harness,
@@ -49,6 +50,14 @@ EXPECTED: dict[str, tuple[str, str | None, bool, str, int, int]] = {
     "gemini-capacity": ("failed", "process", True, "", 0, 0),
     "gemini-server-error": ("failed", "process", True, "", 0, 0),
     "gemini-cut-off": ("failed", "process", False, "I was say", 0, 0),
+    # Copilot prints no token counts: from stdout alone the usage is unknown (the session record has it).
+    "copilot-plain": ("completed", None, False, "Hello from the fake model.", 0, 0),
+    "copilot-tool": ("completed", None, False, "The command printed it.", 0, 0),
+    "copilot-transient": ("completed", None, False, "Recovered after a retry.", 0, 0),
+    "copilot-resume-2": ("completed", None, False, "It was apple.", 0, 0),
+    "copilot-ratelimit": ("failed", "quota", False, "", 0, 0),
+    "copilot-overloaded": ("failed", "process", True, "", 0, 0),
+    "copilot-network-down": ("failed", "process", True, "", 0, 0),
 }
 
 
@@ -59,6 +68,7 @@ def _decode(name: str):  # type: ignore[no-untyped-def]
         "codex": codex_harness,
         "opencode": opencode_harness,
         "gemini": gemini_harness,
+        "copilot": copilot_harness,
     }
     harness = harnesses[name.split("-")[0]]()
     stderr = info.get("stderr") or []
@@ -238,3 +248,68 @@ def test_gemini_garbled_lines_are_raw() -> None:
     broken += ['{"type":"tool_result","status":"error","error":"x"}', '{"type":"error"}', "\udcff\x00", "null"]
     for line in broken:
         assert all(isinstance(e, AgentEvent) for e in decode(line))
+
+
+def _copilot_events(name: str) -> list[AgentEvent]:
+    return [e for line in transcript(name) for e in copilot_harness().events(line)]
+
+
+def test_copilot_text_reasoning_and_no_usage_on_stdout() -> None:
+    events = _copilot_events("copilot-plain")
+    assert [e.text for e in events if e.type == "reasoning"] == ["The user wants a greeting."]
+    assert "".join(e.text or "" for e in events if e.type == "text_delta") == "Hello from the fake model."
+    assert not [e for e in events if e.type in ("usage", "failure", "retry")]
+    assert not _decode("copilot-plain").usage.complete  # unknown, not a count of zero
+
+
+def test_copilot_tools_results_and_file_changes() -> None:
+    events = _copilot_events("copilot-tool")
+    bash, create = [e for e in events if e.type == "tool"]
+    echoed, created = [e for e in events if e.type == "tool_result"]
+    assert bash.name == "bash" and echoed.id == bash.id and "muster-tool-ok" in str(echoed.output)
+    assert create.name == "create" and created.id == create.id and created.code is None
+    (change,) = [e for e in events if e.type == "file_change"]
+    assert change.id == create.id and str(change.data["path"]).endswith("/hello.txt")
+    assert [e.type for e in events].count("finished") == 1
+
+
+def test_copilot_session_record_holds_the_usage() -> None:
+    read = copilot_harness().transcript_usage
+    assert read is not None
+    plain = read("\n".join(transcript("copilot-plain.session")))
+    assert (plain.input, plain.output, plain.complete) == (120, 30, True)
+    tool = read("\n".join(transcript("copilot-tool.session")))
+    assert (tool.input, tool.output) == (360, 90)
+    both = read("\n".join(transcript("copilot-resume-2.session")))
+    assert (both.input, both.output) == (240, 60)  # the session's total: the runner subtracts the earlier turns
+    assert not read("\n".join(transcript("copilot-plain"))).complete  # stdout has no record
+
+
+def test_copilot_retries_are_notices_and_the_last_error_decides() -> None:
+    harness = copilot_harness()
+    events = _copilot_events("copilot-transient")
+    assert [e.type for e in events if e.type in ("retry", "failure")] == ["retry", "retry"]
+    (notice,) = [e.text for e in events if e.type == "retry" and e.code == "model_retry"]
+    assert not harness.quota(notice) and not harness.unavailable(notice)
+    (ratelimit,) = [e for e in _copilot_events("copilot-ratelimit") if e.type == "failure"]
+    assert ratelimit.text and harness.quota(ratelimit.text) and not harness.unavailable(ratelimit.text)
+    (overloaded,) = [e for e in _copilot_events("copilot-overloaded") if e.type == "failure"]
+    assert overloaded.text and harness.unavailable(overloaded.text) and not harness.quota(overloaded.text)
+    (down,) = [e for e in _copilot_events("copilot-network-down") if e.type == "failure"]
+    assert down.text and harness.unavailable(down.text)
+
+
+def test_copilot_resume_keeps_the_session() -> None:
+    assert _decode("copilot-resume").conversation == _decode("copilot-resume-2").conversation
+
+
+def test_copilot_garbled_lines_are_raw() -> None:
+    decode = copilot_harness().events
+    assert [e.type for e in decode("not json at all")] == ["raw"]
+    assert [e.type for e in decode('{"type":"assistant.message","data":7}')] == ["raw"]
+    assert [e.type for e in decode('{"type":"tool.execution_complete"}')] == ["raw"]
+    assert [e.type for e in decode('{"type":"session.novel","data":{}}')] == ["raw"]
+    assert [e.type for e in decode("[1, 2]")] == ["raw"]
+    assert decode("") == []
+    # A result line that failed names its session but does not end the turn.
+    assert [e.type for e in decode('{"type":"result","sessionId":"s-1","exitCode":1}')] == ["conversation"]

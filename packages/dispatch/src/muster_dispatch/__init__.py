@@ -1,5 +1,5 @@
-"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex, OpenCode, Gemini CLI) with
-normalized events, quota/outage faults, fallback and replay. See README.md for the contract."""
+"""muster_dispatch: dispatch turns of work to coding-agent CLIs (Claude Code, Codex, OpenCode, Gemini CLI, GitHub
+Copilot CLI) with normalized events, quota/outage faults, fallback and replay. See README.md for the contract."""
 
 from muster_dispatch.agents import (
     CliAgent,
@@ -28,6 +28,7 @@ from muster_dispatch.harness import (
 )
 from muster_dispatch.harnesses.claude import claude_harness
 from muster_dispatch.harnesses.codex import codex_harness
+from muster_dispatch.harnesses.copilot import copilot_harness
 from muster_dispatch.harnesses.gemini import gemini_harness
 from muster_dispatch.harnesses.opencode import opencode_harness
 from muster_dispatch.host_login import (
@@ -91,6 +92,7 @@ __all__ = [
     "cli_agent",
     "cli_status",
     "codex_harness",
+    "copilot_harness",
     "copy_login",
     "credential_source",
     "custom_agent",

@@ -26,6 +26,7 @@ _verified: dict[Path, Path] = {}
 def known_harnesses() -> dict[str, Harness]:
     from muster_dispatch.harnesses.claude import claude_harness
     from muster_dispatch.harnesses.codex import codex_harness
+    from muster_dispatch.harnesses.copilot import copilot_harness
     from muster_dispatch.harnesses.gemini import gemini_harness
     from muster_dispatch.harnesses.opencode import opencode_harness
 
@@ -34,6 +35,7 @@ def known_harnesses() -> dict[str, Harness]:
         "codex": codex_harness(),
         "opencode": opencode_harness(),
         "gemini": gemini_harness(),
+        "copilot": copilot_harness(),
     }
 
 
@@ -78,14 +80,25 @@ def ensure_cli(harness: Harness | str, *, cache_dir: Path | str | None = None) -
     prefix.mkdir(parents=True, exist_ok=True)
     with (prefix / ".install.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not binary.exists() or not _version_ok(binary, spec.version):
+        env = unpack_environment(harness, binary)
+        if not binary.exists() or not _version_ok(binary, spec.version, env):
             _install(prefix, f"{spec.package}@{spec.version}")
             if not binary.exists():
                 raise DispatchError("provider", f"npm installed {spec.package}@{spec.version} but not {spec.binary}")
-            if not _version_ok(binary, spec.version):
+            if not _version_ok(binary, spec.version, env):
                 raise DispatchError("provider", f"{binary} does not report version {spec.version}")
     _verified[prefix] = binary
     return binary
+
+
+def unpack_environment(harness: Harness, executable: Path | str) -> dict[str, str]:
+    """The variable that keeps a self-unpacking pinned CLI's cache beside its install (``Bootstrap.unpack_variable``),
+    or nothing: for an ``executable`` override the CLI keeps its own default."""
+    spec = harness.bootstrap
+    if harness.executable or spec is None or spec.unpack_variable is None:
+        return {}
+    # <prefix>/node_modules/.bin/<binary> -> <prefix>/unpacked
+    return {spec.unpack_variable: str(Path(executable).absolute().parent.parent.parent / "unpacked")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +157,15 @@ def _install(prefix: Path, package: str) -> None:
         raise DispatchError("provider", f"npm install {package} failed: {tail}", {"exit_code": done.returncode})
 
 
-def _version_ok(binary: Path, version: str) -> bool:
+def _version_ok(binary: Path, version: str, env: dict[str, str]) -> bool:
     try:
         done = subprocess.run(
-            [str(binary), "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT, check=False
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT,
+            check=False,
+            env={**os.environ, **env} if env else None,
         )
     except (OSError, subprocess.TimeoutExpired):
         return False

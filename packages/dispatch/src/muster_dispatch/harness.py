@@ -28,6 +28,9 @@ class Command:
     keep_stdin: bool = False
     # Where it needs to connect (the model's endpoints): what a sandbox's egress lets through by default.
     endpoints: tuple[Endpoint, ...] = ()
+    # The id of the new conversation this command starts, for a CLI that takes it from its caller (Copilot's
+    # ``--session-id``): known before the CLI prints a line, so a turn stopped early can still be resumed.
+    conversation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +61,10 @@ class Bootstrap:
     package: str
     version: str
     binary: str
+    # A CLI that unpacks itself into a cache on first run (Copilot: 235 MB): the variable naming that cache, set to a
+    # directory beside the pinned install for the version check (which unpacks it once) and for every run, so a
+    # private home never gets its own copy.
+    unpack_variable: str | None = None
 
 
 class LiveDriver(Protocol):

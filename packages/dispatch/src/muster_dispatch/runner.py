@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
-from muster_dispatch.bootstrap import ensure_cli, ready_cli
+from muster_dispatch.bootstrap import ensure_cli, ready_cli, unpack_environment
 from muster_dispatch.egress import Endpoint
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.event_stream import EventStream
@@ -403,6 +403,8 @@ class Dispatch:
         env = self._environment(agent, provider, sandbox)
         # An install or a version check blocks: only then go through a thread.
         executable = ready_cli(harness) or await asyncio.to_thread(ensure_cli, harness)
+        if executable is not None:
+            env.update(unpack_environment(harness, executable))
         continuation = input.continuation
         if continuation is not None:
             await restore_conversation(agent, sandbox, continuation.conversation)
@@ -486,6 +488,10 @@ class Dispatch:
     ) -> tuple[int | None, StopReason | None]:
         provider = self._provider
         assert provider is not None
+        if command.conversation is not None:
+            named = AgentEvent("conversation", id=command.conversation)
+            state.observe(named)
+            self._emit(named, agent, "harness")
         try:
             process = await provider.start(command, sandbox, env)
         except DispatchError as exc:

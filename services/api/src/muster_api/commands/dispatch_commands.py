@@ -15,14 +15,16 @@ from typing import Any
 
 log = logging.getLogger("muster.dispatch")
 
-HARNESSES = ("claude", "codex", "opencode", "gemini")
+HARNESSES = ("claude", "codex", "opencode", "gemini", "copilot")
 
 
 def register(sub: Any) -> None:
     worker = sub.add_parser("worker", help="execute dispatch runs from the database (no HTTP)")
     worker.add_argument("--workers", type=int, help="runs executed at once (default MUSTER_DISPATCH_WORKERS or 2)")
     worker.set_defaults(fn=_worker)
-    install = sub.add_parser("install", help="install the pinned Claude Code / Codex / OpenCode / Gemini CLIs")
+    install = sub.add_parser(
+        "install", help="install the pinned Claude Code / Codex / OpenCode / Gemini / Copilot CLIs"
+    )
     install.add_argument("target", choices=[*HARNESSES, "all"])
     install.add_argument("--json", action="store_true", help="print one JSON result object")
     install.set_defaults(fn=_install)

@@ -1,14 +1,14 @@
 """The ``dispatch_agents`` block of the config file (``MUSTER_CONFIG``, shared with the A2A ``agents`` block).
 
-With no block, the built-in agents: ``claude``, ``codex``, ``gemini`` when its CLI is installed, and ``fallback``
-(see ``builtin_agents``); a block replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?,
-variables}`` | ``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. A
-cli or fallback agent runs in ``sandbox = "bwrap" | "podman" | "docker" | "local"`` (default: bwrap on Linux) with
-``egress = "model" | "none" | "open" | ["host:port", …]`` (default ``"model"``: only its model's endpoints; a list
-adds hosts); a fallback's candidates run in the fallback's sandbox. ``${ENV}`` in variables is expanded as in the
-agents block. A wrong entry is isolated: it stays listed with its ``error`` and cannot run; the others are
-unaffected. Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the agent is then served over A2A
-too.
+With no block, the built-in agents: ``claude``, ``codex``, ``fallback``, and ``opencode``, ``gemini`` and ``copilot``
+when their pinned CLI is installed (see ``builtin_agents``); a block replaces them whole. NAME → ``{kind = "cli",
+harness, model?, permission_mode?, variables}`` | ``{kind = "fallback", agents, on}`` | ``{kind = "custom",
+entrypoint = "package.module:function"}``. A cli or fallback agent runs in ``sandbox = "bwrap" | "podman" | "docker"
+| "local"`` (default: bwrap on Linux) with ``egress = "model" | "none" | "open" | ["host:port", …]`` (default
+``"model"``: only its model's endpoints; a list adds hosts); a fallback's candidates run in the fallback's sandbox.
+``${ENV}`` in variables is expanded as in the agents block. A wrong entry is isolated: it stays listed with its
+``error`` and cannot run; the others are unaffected. Every kind may add ``a2a = true`` or ``a2a = {description,
+skills}``: the agent is then served over A2A too.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from muster_dispatch import (
     cli_agent,
     cli_status,
     codex_harness,
+    copilot_harness,
     credential_source,
     custom_agent,
     fallback_agent,
@@ -79,7 +80,7 @@ class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["cli"]
-    harness: Literal["claude", "codex", "opencode", "gemini"]
+    harness: Literal["claude", "codex", "opencode", "gemini", "copilot"]
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
@@ -194,6 +195,8 @@ def harness_of(entry: CliEntry) -> Harness:
         return opencode_harness()
     if entry.harness == "gemini":  # its approval mode is this entry's permission_mode
         return gemini_harness(approval_mode=entry.permission_mode) if entry.permission_mode else gemini_harness()
+    if entry.harness == "copilot":
+        return copilot_harness()
     return codex_harness()
 
 
@@ -287,31 +290,46 @@ def _check_members(definitions: dict[str, AgentDefinition]) -> None:
 BUILTIN_VARIABLES = {
     "claude": ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL"),
     "codex": ("OPENAI_API_KEY", "CODEX_API_KEY", "OPENAI_BASE_URL"),
+    "opencode": ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"),
     "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+    "copilot": (
+        "COPILOT_PROVIDER_BASE_URL",
+        "COPILOT_PROVIDER_TYPE",
+        "COPILOT_PROVIDER_WIRE_API",
+        "COPILOT_PROVIDER_API_KEY",
+        "COPILOT_PROVIDER_BEARER_TOKEN",
+        "COPILOT_MODEL",
+        "COPILOT_GITHUB_TOKEN",
+        "GH_TOKEN",
+        "GITHUB_TOKEN",
+    ),
 }
 # Offered always (a run installs its pinned CLI when missing); the others only once their CLI is installed.
 BUILTIN_ALWAYS = ("claude", "codex")
 BUILTIN_FALLBACK = "fallback"
+# The built-in fallback's candidates, in order, among those offered: the vendors a user's own login serves (OpenCode
+# and Copilot need a provider named for them, so they are offered but not tried on their own).
+BUILTIN_FALLBACK_MEMBERS = ("claude", "codex", "gemini")
 
 
 def builtin_harnesses() -> list[str]:
-    """The harnesses of the built-in agents, in fallback order: ``BUILTIN_ALWAYS``, then each other one of
-    ``BUILTIN_VARIABLES`` whose pinned CLI is installed (``harness_status``: no process is run)."""
+    """The harnesses of the built-in agents: ``BUILTIN_ALWAYS``, then each other one of ``BUILTIN_VARIABLES`` whose
+    pinned CLI is installed (``harness_status``: no process is run)."""
     status = harness_status()
     return [name for name in BUILTIN_VARIABLES if name in BUILTIN_ALWAYS or (name in status and status[name].installed)]
 
 
 def builtin_agents(env: Mapping[str, str]) -> DispatchAgents:
-    """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex``, and
-    ``gemini`` when its CLI is installed (the pinned CLI, its own default model, the user's login or key); and
-    ``fallback`` = those, in that order."""
+    """The agents offered when the config file has no ``dispatch_agents`` block: ``claude`` and ``codex`` (the pinned
+    CLI, its own default model, the user's login or key), ``opencode``, ``gemini`` and ``copilot`` when their CLI is
+    installed, and ``fallback`` = claude, codex, then gemini when it is offered."""
     definitions: dict[str, AgentDefinition] = {}
     harnesses = builtin_harnesses()
     for harness in harnesses:
         variables = {name: f"${{{name}}}" for name in BUILTIN_VARIABLES[harness] if env.get(name)}
         raw = {"kind": "cli", "harness": harness, "variables": variables}
         definitions[harness] = replace(_definition(harness, raw, env), builtin=True)
-    fallback = {"kind": "fallback", "agents": harnesses}
+    fallback = {"kind": "fallback", "agents": [name for name in BUILTIN_FALLBACK_MEMBERS if name in harnesses]}
     definitions[BUILTIN_FALLBACK] = replace(_definition(BUILTIN_FALLBACK, fallback, env), builtin=True)
     _check_members(definitions)
     return DispatchAgents(definitions)
