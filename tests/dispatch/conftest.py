@@ -121,6 +121,7 @@ def fake_gemini(gemini_server: FakeGemini) -> FakeGemini:
     return gemini_server
 
 
+@pytest.fixture(scope="session")
 def copilot_cli() -> Path:
     """The pinned GitHub Copilot CLI, installed once per session by the package's bootstrap."""
     from muster_dispatch import DispatchError, copilot_harness, ensure_cli
