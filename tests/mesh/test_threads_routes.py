@@ -55,6 +55,10 @@ async def test_threads_shapes_and_visibility(db_url: str) -> None:
         r = await client.get("/mesh/threads/rel-1", params={"view": "all", "agent": "carol"})
         problem(r, 404, "thread_not_found")
         assert (await client.get("/mesh/threads/rel-1", params={"view": "all"})).status_code == 200
+        # A thread id is any printable ASCII: a slash in it, sent encoded, still names the one thread.
+        await send(client, a, "odd name", to="bob", thread_id="team/a<b>")
+        r = await client.get("/mesh/threads/team%2Fa%3Cb%3E", headers=auth(b))
+        assert r.status_code == 200 and r.json()["thread_id"] == "team/a<b>", r.text
 
 
 async def test_threads_refuse_bad_input_by_name(db_url: str) -> None:

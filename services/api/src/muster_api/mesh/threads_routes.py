@@ -64,7 +64,7 @@ async def list_threads(
 
 
 @router.get(
-    "/threads/{thread_id}",
+    "/threads/{thread_id:path}",
     openapi_extra=READ_DOC,
     summary="The messages of one thread the caller may see, oldest first",
     response_model=ThreadMessages,
