@@ -51,6 +51,8 @@ inbox = Table(
     Column("seq", BigInteger, primary_key=True),
     Column("message_id", String(32), ForeignKey("mesh_messages.message_id", ondelete="CASCADE"), nullable=False),
     Index("ix_mesh_inbox_message_id", "message_id"),
+    # What an agent may see (search, threads): its inbox's message ids read from the index alone.
+    Index("ix_mesh_inbox_recipient_message", "recipient", "message_id"),
 )
 
 idempotency = Table(
