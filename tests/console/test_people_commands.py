@@ -211,3 +211,33 @@ def test_agents_watch_piped_prints_a_snapshot_at_each_change(service: Any) -> No
         finally:
             watch.send_signal(signal.SIGINT)
             assert watch.wait(timeout=30) == 0
+
+
+def test_threads_and_a_thread_as_an_agent_and_as_the_overseer(service: Any) -> None:
+    _url, _http, env = service()
+    for agent in ("reviewer", "builder"):
+        assert piped(env, "checkin", agent).code == 0
+    assert piped(env, "send", "--as", "builder", "--to", "reviewer", "--thread", "pr-12", "PR #12 is ready").code == 0
+    said = "\x1b[31mlooks good\x1b[0m\nmerging"
+    assert piped(env, "send", "--as", "reviewer", "--to", "builder", "--thread", "pr-12", said).code == 0
+
+    listed = piped(env, "threads", "--as", "builder")
+    assert listed.code == 0, listed.err
+    assert listed.out.splitlines()[0].split() == ["thread", "participants", "messages", "last", "says"]
+    assert re.search(r"^pr-12\s+builder, reviewer\s+2\s+reviewer · \d+s ago\s+looks good…$", listed.out, re.M)
+    assert ESC not in listed.out
+
+    shown = piped(env, "thread", "pr-12", "--as", "builder")
+    assert shown.code == 0 and ESC not in shown.out
+    assert shown.out.splitlines()[0] == "thread pr-12"
+    assert re.match(r"builder → reviewer · \d+s ago$", shown.out.splitlines()[1])
+    assert re.match(r"reviewer → builder · \d+s ago$", shown.out.splitlines()[3])
+    assert [shown.out.splitlines()[i] for i in (2, 4, 5)] == ["  PR #12 is ready", "  looks good", "  merging"]
+
+    every = json.loads(piped(env, "threads", "--all", "--agent", "reviewer", "--json").out)
+    assert [(t["thread_id"], t["messages"]) for t in every["threads"]] == [("pr-12", 2)]
+    page = json.loads(piped(env, "thread", "pr-12", "--all", "--json").out)
+    assert [(m["from"], m["to"]) for m in page["messages"]] == [("builder", ["reviewer"]), ("reviewer", ["builder"])]
+
+    missing = piped(env, "thread", "elsewhere", "--as", "builder")
+    assert missing.code == 1 and "thread_not_found" in missing.err

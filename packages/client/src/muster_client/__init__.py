@@ -45,6 +45,7 @@ from muster_client.models import (
     DispatchAgents,
     InboxMessage,
     InboxPage,
+    LastMessage,
     Ready,
     Run,
     RunEvent,
@@ -53,6 +54,10 @@ from muster_client.models import (
     SearchPage,
     SendPreview,
     SendResult,
+    ThreadMessage,
+    ThreadMessages,
+    ThreadPage,
+    ThreadSummary,
 )
 
 __all__ = [
@@ -84,6 +89,7 @@ __all__ = [
     "InboxMessage",
     "InboxPage",
     "InvalidRequest",
+    "LastMessage",
     "MusterClient",
     "MusterClientError",
     "NotFound",
@@ -98,6 +104,10 @@ __all__ = [
     "SendResult",
     "ServerError",
     "ServiceUnreachable",
+    "ThreadMessage",
+    "ThreadMessages",
+    "ThreadPage",
+    "ThreadSummary",
     "TooManyRequests",
     "Unauthorized",
     "UnexpectedAnswer",

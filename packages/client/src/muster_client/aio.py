@@ -34,6 +34,8 @@ from muster_client.models import (
     SearchPage,
     SendPreview,
     SendResult,
+    ThreadMessages,
+    ThreadPage,
 )
 from muster_client.sse import EventParser, ServerEvent
 
@@ -181,6 +183,25 @@ class AsyncMusterClient(ClientCore):
         """Full-text search: ``mine`` over what this agent sent and received (its token), ``all`` over every message
         (the overseer's view, for holders of the service's API key)."""
         return await self.call(calls.search(q, view=view, limit=limit, cursor=cursor))
+
+    async def threads(
+        self, *, view: str = "mine", agent: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> ThreadPage:
+        """The threads this agent is in (its token), the latest first; ``all`` every thread, or with ``agent`` that
+        agent's (the overseer's view, for holders of the service's API key)."""
+        return await self.call(calls.threads(view=view, agent=agent, limit=limit, cursor=cursor))
+
+    async def thread(
+        self,
+        thread_id: str,
+        *,
+        view: str = "mine",
+        agent: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> ThreadMessages:
+        """The messages of one thread this agent may see (``all``: every one), oldest first."""
+        return await self.call(calls.thread(thread_id, view=view, agent=agent, limit=limit, cursor=cursor))
 
     async def ack(
         self, cursor: int, *, confirm: bool = False, idempotency_key: str | None = None

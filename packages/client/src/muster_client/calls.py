@@ -32,6 +32,8 @@ from muster_client.models import (
     SearchPage,
     SendPreview,
     SendResult,
+    ThreadMessages,
+    ThreadPage,
 )
 
 T = TypeVar("T")
@@ -188,6 +190,26 @@ def search(q: str, *, view: str, limit: int | None, cursor: str | None) -> Call[
     if view != "mine":
         params["view"] = view
     return Call("GET", "/mesh/search", model(SearchPage), params=params, as_agent=view == "mine")
+
+
+def _overseen(view: str, agent: str | None, limit: int | None, cursor: str | None) -> dict[str, Any]:
+    params = given(agent=agent, limit=limit, cursor=cursor)
+    if view != "mine":
+        params["view"] = view
+    return params
+
+
+def threads(*, view: str, agent: str | None, limit: int | None, cursor: str | None) -> Call[ThreadPage]:
+    params = _overseen(view, agent, limit, cursor)
+    return Call("GET", "/mesh/threads", model(ThreadPage), params=params, as_agent=view == "mine")
+
+
+def thread(
+    thread_id: str, *, view: str, agent: str | None, limit: int | None, cursor: str | None
+) -> Call[ThreadMessages]:
+    params = _overseen(view, agent, limit, cursor)
+    path = f"/mesh/threads/{segment(thread_id)}"
+    return Call("GET", path, model(ThreadMessages), params=params, as_agent=view == "mine")
 
 
 def ack(cursor: int, *, confirm: bool, idempotency_key: str | None) -> Call[AckPreview | AckResult]:

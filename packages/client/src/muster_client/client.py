@@ -35,6 +35,8 @@ from muster_client.models import (
     SearchPage,
     SendPreview,
     SendResult,
+    ThreadMessages,
+    ThreadPage,
 )
 from muster_client.sse import EventParser, ServerEvent
 
@@ -180,6 +182,25 @@ class MusterClient(ClientCore):
         """Full-text search: ``mine`` over what this agent sent and received (its token), ``all`` over every message
         (the overseer's view, for holders of the service's API key)."""
         return self.call(calls.search(q, view=view, limit=limit, cursor=cursor))
+
+    def threads(
+        self, *, view: str = "mine", agent: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> ThreadPage:
+        """The threads this agent is in (its token), the latest first; ``all`` every thread, or with ``agent`` that
+        agent's (the overseer's view, for holders of the service's API key)."""
+        return self.call(calls.threads(view=view, agent=agent, limit=limit, cursor=cursor))
+
+    def thread(
+        self,
+        thread_id: str,
+        *,
+        view: str = "mine",
+        agent: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> ThreadMessages:
+        """The messages of one thread this agent may see (``all``: every one), oldest first."""
+        return self.call(calls.thread(thread_id, view=view, agent=agent, limit=limit, cursor=cursor))
 
     def ack(self, cursor: int, *, confirm: bool = False, idempotency_key: str | None = None) -> AckPreview | AckResult:
         return self.call(calls.ack(cursor, confirm=confirm, idempotency_key=idempotency_key))

@@ -118,6 +118,51 @@ class SearchPage(Answer):
     next_cursor: str | None = None
 
 
+class LastMessage(Answer):
+    """The last message of a thread: ``preview`` is the body's start (``truncated`` when there is more)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    preview: str
+    truncated: bool
+    sent_at: datetime
+
+
+class ThreadSummary(Answer):
+    """A thread as ``threads`` lists it: ``messages`` counts those the caller may see."""
+
+    thread_id: str
+    participants: list[str]
+    messages: int
+    last_message: LastMessage
+
+
+class ThreadPage(Answer):
+    threads: list[ThreadSummary]
+    next_cursor: str | None = None
+
+
+class ThreadMessage(Answer):
+    """A message of a thread: ``to`` are the inboxes that hold it."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    to: list[str] = Field(default_factory=list)
+    body: str
+    thread_id: str | None = None
+    sent_at: datetime
+
+
+class ThreadMessages(Answer):
+    thread_id: str
+    messages: list[ThreadMessage]
+    next_cursor: str | None = None
+
+
 class AckPreview(Answer):
     preview: Literal[True] = True
     action: Literal["ack"] = "ack"

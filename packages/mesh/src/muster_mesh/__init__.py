@@ -24,6 +24,7 @@ from muster_mesh.errors import (
     RecipientExpired,
     RecipientNotFound,
     Superseded,
+    ThreadNotFound,
     TokenGivenOnce,
     TokenRequired,
 )
@@ -126,6 +127,7 @@ __all__ = [
     "Superseded",
     "SweepPolicy",
     "SweepReport",
+    "ThreadNotFound",
     "TokenGivenOnce",
     "TokenRequired",
     "default_ttl",

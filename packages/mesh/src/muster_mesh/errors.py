@@ -12,6 +12,7 @@ MeshError                      root: anything the mesh refuses
 │   └── OverseerOnly           a view of every agent's messages, asked where the service does not open it
 ├── AgentNotFound              no agent with this agent_id (404)
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
+├── ThreadNotFound             a thread with no message the caller may see (404)
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
 ├── TokenGivenOnce             a retried check-in that made a token: the token is not repeated (409)
@@ -120,6 +121,14 @@ class AgentNotFound(MeshError):
 
 class RecipientNotFound(AgentNotFound):
     code = "recipient_not_found"
+
+
+class ThreadNotFound(MeshError):
+    code = "thread_not_found"
+
+    def __init__(self, thread_id: str) -> None:
+        # The same answer whether the thread does not exist or the caller is in none of it: nothing leaks.
+        super().__init__(f"no thread {thread_id!r} among the messages you may see", thread_id=thread_id)
 
 
 class RecipientExpired(MeshError):

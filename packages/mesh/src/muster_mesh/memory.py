@@ -26,6 +26,7 @@ from muster_mesh.records import (
 )
 from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
 from muster_mesh.tasks import TaskEvent, TaskRecord
+from muster_mesh.threads import PREVIEW_CHARS, ThreadMessageRow, ThreadQuery, ThreadRow
 
 
 class _State:
@@ -297,6 +298,58 @@ class InMemoryMeshStore:
         found.sort(key=lambda r: r.message_id)
         found.sort(key=lambda r: (r.score, r.sent_at), reverse=True)
         return found[query.offset : query.offset + query.limit]
+
+    def _visible(self, viewer: str | None) -> tuple[list[MessageRecord], dict[str, set[str]]]:
+        """The messages ``viewer`` may see (all when None), and each message's recipients."""
+        s = self._state
+        recipients: dict[str, set[str]] = {}
+        for agent_id, (_, ids) in s.inbox.items():
+            for mid in ids:
+                recipients.setdefault(mid, set()).add(agent_id)
+        shown = [
+            m
+            for m in s.messages.values()
+            if viewer is None or m.sender == viewer or viewer in recipients.get(m.message_id, ())
+        ]
+        return shown, recipients
+
+    async def list_threads(self, query: ThreadQuery) -> list[ThreadRow]:
+        """``ThreadStore``: every message scanned."""
+        shown, recipients = self._visible(query.viewer)
+        by_thread: dict[str, list[MessageRecord]] = {}
+        for m in shown:
+            by_thread.setdefault(m.thread_id or m.message_id, []).append(m)
+        rows = []
+        for key, found in by_thread.items():
+            last = max(found, key=lambda m: (m.sent_at, m.message_id))
+            people = {m.sender for m in found} | {r for m in found for r in recipients.get(m.message_id, ())}
+            rows.append(
+                ThreadRow(
+                    key,
+                    len(found),
+                    tuple(people),
+                    last.message_id,
+                    last.sender,
+                    last.body[: PREVIEW_CHARS + 1],
+                    last.sent_at,
+                )
+            )
+        rows.sort(key=lambda r: r.thread_id)
+        rows.sort(key=lambda r: r.last_at, reverse=True)
+        return rows[query.offset : query.offset + query.limit]
+
+    async def thread_messages(self, query: ThreadQuery) -> list[ThreadMessageRow]:
+        shown, recipients = self._visible(query.viewer)
+        found = sorted(
+            (m for m in shown if (m.thread_id or m.message_id) == query.thread_id),
+            key=lambda m: (m.sent_at, m.message_id),
+        )
+        return [
+            ThreadMessageRow(
+                m.message_id, m.sender, tuple(sorted(recipients.get(m.message_id, ()))), m.body, m.thread_id, m.sent_at
+            )
+            for m in found[query.offset : query.offset + query.limit]
+        ]
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int

@@ -26,6 +26,7 @@ from muster_api.mesh.claims_routes import router as claims_router
 from muster_api.mesh.routes import router as mesh_router
 from muster_api.mesh.search_routes import router as search_router
 from muster_api.mesh.tasks_routes import router as tasks_router
+from muster_api.mesh.threads_routes import router as threads_router
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
@@ -80,6 +81,7 @@ def create_app(
         claims_router,
         tasks_router,
         search_router,
+        threads_router,
         a2a_router,
         dispatch_router,
         config_router,

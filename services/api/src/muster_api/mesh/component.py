@@ -18,11 +18,13 @@ from muster_api.mesh.search import make_search
 from muster_api.mesh.store import SqlMeshStore, TransactionNotifier
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.store_sqlite import SqliteMeshStore
+from muster_api.mesh.threads import SqlThreads
 from muster_api.runtime import Runtime
 from muster_mesh import LocalNotifier, Mesh
 from muster_mesh.search import MeshSearch
 from muster_mesh.store import Notifier
 from muster_mesh.tasks import TaskLimits, Tasks
+from muster_mesh.threads import MeshThreads
 
 log = logging.getLogger("muster.mesh")
 
@@ -78,6 +80,7 @@ async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
             app.state.mesh = mesh
             app.state.tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
             app.state.search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect))
+            app.state.threads = MeshThreads(mesh, SqlThreads(runtime.engine))
             tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
             try:
                 yield

@@ -17,6 +17,7 @@ from muster_mesh import (
     MessageTooLarge,
     RateLimited,
     RecipientExpired,
+    ThreadNotFound,
     TokenGivenOnce,
 )
 from muster_mesh.tasks import StaleClaim, TaskNotFound
@@ -34,5 +35,6 @@ STATUS: dict[type[Exception], int] = {
     RateLimited: 429,  # with Retry-After
     InvalidRequest: 422,  # and InvalidAddress
     TaskNotFound: 404,
+    ThreadNotFound: 404,
     StaleClaim: 409,
 }

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.db.schema import UTCDateTime
-from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow
+from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow, plain_snippet
 
 # The database objects that stand beside the service's MetaData (what autogenerate must not compare): the FTS5 table
 # and the shadow tables it owns on SQLite, the generated column and its index on PostgreSQL.
@@ -59,6 +59,10 @@ class SqlMessageSearch:
     def match(terms: tuple[str, ...]) -> str:
         raise NotImplementedError
 
+    @staticmethod
+    def snippet(row: Any, terms: tuple[str, ...]) -> str:
+        return str(row.snippet or "")
+
     async def search_messages(self, query: SearchQuery) -> list[SearchRow]:
         params: dict[str, Any] = {"match": self.match(query.terms), "limit": query.limit, "offset": query.offset}
         stmt = self.statement_for_all
@@ -68,19 +72,25 @@ class SqlMessageSearch:
         async with self.engine.connect() as conn:
             rows = (await conn.execute(stmt, params)).all()
         return [
-            SearchRow(r.message_id, r.sender, r.thread_id, r.sent_at, r.snippet or "", float(r.score)) for r in rows
+            SearchRow(r.message_id, r.sender, r.thread_id, r.sent_at, self.snippet(r, query.terms), float(r.score))
+            for r in rows
         ]
 
 
 def _sqlite(visible: str) -> TextualSelect:
-    # Built from this module's constants only, once: every value the caller gives is a bound parameter.
-    return _typed(
-        "SELECT m.message_id AS message_id, m.sender AS sender, m.thread_id AS thread_id, m.sent_at AS sent_at, "  # noqa: S608
-        f"snippet(mesh_messages_fts, 0, '{MARK_OPEN}', '{MARK_CLOSE}', '…', {SNIPPET_WORDS}) AS snippet, "
-        "-bm25(mesh_messages_fts) AS score "
-        "FROM mesh_messages_fts JOIN mesh_messages m ON m.rowid = mesh_messages_fts.rowid "
-        f"WHERE mesh_messages_fts MATCH :match{visible}{_ORDER} LIMIT :limit OFFSET :offset"
-    )
+    # Built from this module's constants only, once: every value the caller gives is a bound parameter. The page is
+    # ranked first, on the index alone for the overseer (bm25 is computed only for the rows that pass the visibility
+    # test, and no message row is read but the page's); only then are its rows read. Equal scores: the newest row
+    # first (rowids grow with each insert), a total order for paging.
+    join = " JOIN mesh_messages m ON m.rowid = f.rowid" if visible else ""
+    return text(
+        "WITH page AS (SELECT f.rowid AS r, -bm25(mesh_messages_fts) AS score FROM mesh_messages_fts f"  # noqa: S608
+        f"{join} WHERE mesh_messages_fts MATCH :match{visible} ORDER BY score DESC, f.rowid DESC "
+        "LIMIT :limit OFFSET :offset) "
+        "SELECT m.message_id AS message_id, m.sender AS sender, m.thread_id AS thread_id, m.sent_at AS sent_at, "
+        "m.body AS body, page.score AS score FROM page JOIN mesh_messages m ON m.rowid = page.r "
+        "ORDER BY page.score DESC, page.r DESC"
+    ).columns(message_id=String, sender=String, thread_id=String, sent_at=UTCDateTime, body=String, score=Float)
 
 
 class SqliteMessageSearch(SqlMessageSearch):
@@ -91,6 +101,12 @@ class SqliteMessageSearch(SqlMessageSearch):
     def match(terms: tuple[str, ...]) -> str:
         # Each word a quoted FTS5 string (words hold letters and digits only): side by side, all must match.
         return " ".join(f'"{t}"' for t in terms)
+
+    @staticmethod
+    def snippet(row: Any, terms: tuple[str, ...]) -> str:
+        # Made for the page's rows only, the way every store makes it (FTS5's snippet() would be computed for each
+        # match before the sort).
+        return plain_snippet(str(row.body), terms)
 
 
 _HEADLINE = f"StartSel={MARK_OPEN}, StopSel={MARK_CLOSE}, MaxWords={SNIPPET_WORDS}, MinWords=5, ShortWord=0"

@@ -27,6 +27,17 @@ def overseer_allowed(runtime: Runtime) -> bool:
     return bool(settings.api_keys) or not settings.allow_open_bind
 
 
+def overseer_view(request: Request, view: str) -> bool:
+    """Whether the caller asked for the overseer's view (``view=all``); refused where it is not open."""
+    if view != "all":
+        return False
+    if not overseer_allowed(request.app.state.runtime):
+        raise OverseerOnly(
+            "view=all is open only to holders of an API key, or on a keyless service bound to loopback alone"
+        )
+    return True
+
+
 def search_of(request: Request) -> MeshSearch:
     search: MeshSearch = request.app.state.search
     return search
@@ -48,10 +59,6 @@ async def search(
     view: Annotated[Literal["mine", "all"], Query(description="all: every message (the overseer's view).")] = "mine",
 ) -> Response:
     """Hits best first (then newest), each with a snippet whose matched words stand between « and »."""
-    overseer = view == "all"
-    if overseer and not overseer_allowed(request.app.state.runtime):
-        raise OverseerOnly(
-            "view=all is open only to holders of an API key, or on a keyless service bound to loopback alone"
-        )
+    overseer = overseer_view(request, view)
     page = await search_of(request).search(q, token=call.token, overseer=overseer, limit=limit, cursor=cursor)
     return answer(page)

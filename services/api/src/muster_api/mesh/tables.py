@@ -38,6 +38,10 @@ messages = Table(
     Column("body", Text, nullable=False),
     Column("thread_id", String(128), nullable=True),
     Column("sent_at", UTCDateTime, nullable=False, index=True),
+    # Threads: a caller's threads are found from what it sent (sender) and its inbox; one thread's messages by
+    # thread_id (a message without one is its own thread, found by its primary key).
+    Index("ix_mesh_messages_sender", "sender"),
+    Index("ix_mesh_messages_thread_id", "thread_id"),
 )
 
 inbox = Table(
@@ -47,6 +51,8 @@ inbox = Table(
     Column("seq", BigInteger, primary_key=True),
     Column("message_id", String(32), ForeignKey("mesh_messages.message_id", ondelete="CASCADE"), nullable=False),
     Index("ix_mesh_inbox_message_id", "message_id"),
+    # What an agent may see (search, threads): its inbox's message ids read from the index alone.
+    Index("ix_mesh_inbox_recipient_message", "recipient", "message_id"),
 )
 
 idempotency = Table(

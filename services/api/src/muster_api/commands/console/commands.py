@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from muster_api.commands.console import a2a, claims, mesh, roster, runs
+from muster_api.commands.console import a2a, claims, mesh, roster, runs, threads
 from muster_api.commands.console.output import Output
 from muster_api.commands.console.text import inert
 from muster_api.errors import CommandError
@@ -114,6 +114,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("checkout", parents=[common, acting], help="leave the roster; the stored token is forgotten")
     p.set_defaults(fn=guarded(mesh.checkout))
     claims.register(sub, common, acting, guarded)
+    threads.register(sub, common, acting, guarded)
 
     p = sub.add_parser("run", parents=[common], help="dispatch a turn of work to an agent (PROMPT '-': stdin)")
     p.add_argument("agent")

@@ -492,5 +492,8 @@
     window.setInterval(tick, 1000);
   }
 
+  // What the page's other scripts (people.js) share with this one: the inert rendering, the API key and the loop.
+  window.muster = Object.freeze({ inert, el, cell, duration, authHeaders, askForKey, loop, KeyRequired, state });
+
   start();
 })();
