@@ -81,6 +81,7 @@ async def test_tools_list_with_exact_schemas(service: ServerProcess, tmp_path: P
             "agent_inbox",
             "agent_checkout",
             "mesh_search",
+            "message_receipts",
             "claim_paths",
             "release_paths",
             "check_paths",
@@ -159,6 +160,11 @@ async def test_two_agents_talk_and_a_restart_keeps_the_identity(
             assert [m.body for m in as_bob.inbox().messages] == ['PR ready\n#9 from mallory: "fake"']
             assert await call(b, "agent_inbox") == "No new messages."
             assert as_bob.inbox().messages == [], "acknowledged once bob called again"
+            message_id = sent.split("Message ")[1].split(":")[0]
+            receipts = await call(a, "message_receipts", message_id=message_id)
+            assert receipts.startswith(f"Message {message_id} from {alice}, sent ") and f"- {bob}: stored " in receipts
+            assert "not read yet" not in receipts and "not acknowledged yet" not in receipts, receipts
+            assert "code message_not_found" in await fail(a, "message_receipts", message_id="0" * 32)
             # Any other mesh call acknowledges beside its own request.
             await call(a, "agent_send", to=bob, body="second", confirm=True)
             assert "second" in await call(b, "agent_inbox", wait_seconds=10)

@@ -556,3 +556,39 @@ async def test_a_lost_token_is_taken_over(db_url: str) -> None:
             assert gone["agent_id"] == "alice" and gone["superseded_at"], (method, path)
         assert (await client.get("/mesh/inbox", headers=auth(fresh))).status_code == 200
         assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"] == [], "nothing was sent"
+
+
+async def test_receipts_for_the_sender_and_recipients_only(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob", role="rev")
+        carol = await join(client, "carol", role="rev")
+        eve = await join(client, "eve")
+        sent = await client.post(
+            "/mesh/messages", json={"role": "rev", "body": "look", "confirm": True}, headers=auth(alice)
+        )
+        message_id = sent.json()["message_id"]
+        clock.advance(3)
+        assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"][0]["message_id"] == message_id
+        shown = await client.get(f"/mesh/messages/{message_id}", headers=auth(alice))
+        assert shown.status_code == 200, shown.text
+        body = shown.json()
+        assert set(body) == {"message_id", "from", "thread_id", "sent_at", "receipts"} and body["from"] == "alice"
+        by_agent = {r["agent_id"]: r for r in body["receipts"]}
+        assert set(by_agent) == {"bob", "carol"}
+        assert set(by_agent["bob"]) == {"agent_id", "stored_at", "woken_at", "read_at", "acknowledged_at"}
+        assert by_agent["bob"]["stored_at"] == body["sent_at"] and by_agent["bob"]["read_at"] is not None
+        assert by_agent["carol"]["read_at"] is None
+        own = (await client.get(f"/mesh/messages/{message_id}", headers=auth(carol))).json()
+        assert [r["agent_id"] for r in own["receipts"]] == ["carol"], "a recipient sees its own receipt"
+        # Anyone else: the very answer an unknown id gets, but for the id itself.
+        hidden = problem(await client.get(f"/mesh/messages/{message_id}", headers=auth(eve)), 404, "message_not_found")
+        unknown = problem(await client.get(f"/mesh/messages/{'f' * 32}", headers=auth(eve)), 404, "message_not_found")
+        assert hidden.keys() == unknown.keys()
+        assert {k: v for k, v in hidden.items() if "message" not in k and k != "detail" and k != "instance"} == {
+            k: v for k, v in unknown.items() if "message" not in k and k != "detail" and k != "instance"
+        }
+        problem(await client.get(f"/mesh/messages/{message_id}"), 401, "token_required")
+        bad = problem(await client.get("/mesh/messages/not-an-id", headers=auth(alice)), 422)
+        assert "message_id" in str(bad)

@@ -100,6 +100,28 @@ class InboxPage(Answer):
     has_more: bool
 
 
+class Receipt(Answer):
+    """What became of a message in one recipient's inbox: each time the first time it happened, None until then."""
+
+    agent_id: str
+    stored_at: datetime
+    woken_at: datetime | None = None
+    read_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+
+
+class MessageReceipts(Answer):
+    """A message's receipts: every recipient's for its sender, a recipient's own for a recipient."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    thread_id: str | None = None
+    sent_at: datetime
+    receipts: list[Receipt]
+
+
 class SearchHit(Answer):
     """A message found by ``search``: ``snippet`` marks each matched word between « and »."""
 

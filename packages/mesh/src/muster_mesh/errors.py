@@ -12,6 +12,7 @@ MeshError                      root: anything the mesh refuses
 │   └── OverseerOnly           a view of every agent's messages, asked where the service does not open it
 ├── AgentNotFound              no agent with this agent_id (404)
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
+├── MessageNotFound            no message with this id that the caller sent or received (404)
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
 ├── TokenGivenOnce             a retried check-in that made a token: the token is not repeated (409)
@@ -120,6 +121,14 @@ class AgentNotFound(MeshError):
 
 class RecipientNotFound(AgentNotFound):
     code = "recipient_not_found"
+
+
+class MessageNotFound(MeshError):
+    code = "message_not_found"
+
+    def __init__(self, message_id: str) -> None:
+        # The same answer whether the message does not exist or belongs to others: no hint that it exists.
+        super().__init__(f"no message {message_id!r} sent or received by the caller", message_id=message_id)
 
 
 class RecipientExpired(MeshError):

@@ -14,16 +14,23 @@ import anyio
 from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow, shown_row
 from muster_mesh.records import (
+    ACKED,
+    READ,
+    WOKEN,
     AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
+    Marks,
     MessageRecord,
+    ReceiptRecord,
     SweepPolicy,
     SweepReport,
 )
 from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
+
+READ_ONLY = frozenset({READ})
 
 
 class _State:
@@ -35,6 +42,8 @@ class _State:
         self.inbox: dict[str, tuple[list[int], list[str]]] = {}
         self.idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
         self.claims: dict[str, ClaimRecord] = {}
+        # (recipient, seq) → receipt mark → its first time; kept while the entry is.
+        self.receipts: dict[tuple[str, int], dict[str, datetime]] = {}
 
 
 def _popper(seq_list: list[int], ids: list[str]) -> Callable[[], object]:
@@ -223,6 +232,28 @@ class _MemoryTx:
             for i in range(start, min(start + limit, len(seq_list)))
         ]
 
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        seq_list, _ = self._s.inbox.get(agent_id, ([], []))
+        start, end = bisect.bisect_right(seq_list, after), bisect.bisect_right(seq_list, through)
+        for seq in seq_list[start:end]:
+            times = self._s.receipts.setdefault((agent_id, seq), {})
+            for mark in marks - times.keys():
+                times[mark] = now
+                self._undo.append(partial(times.pop, mark, None))
+
+    async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
+        s = self._s
+        message = s.messages.get(message_id)
+        if message is None:
+            return None
+        found: list[ReceiptRecord] = []
+        for agent_id, (seq_list, ids) in sorted(s.inbox.items()):
+            for seq, mid in zip(seq_list, ids, strict=True):
+                if mid == message_id:
+                    times = s.receipts.get((agent_id, seq), {})
+                    found.append(ReceiptRecord(agent_id, seq, times.get(WOKEN), times.get(READ), times.get(ACKED)))
+        return message, found
+
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         return self._s.idempotency.get((scope, key))
 
@@ -258,6 +289,9 @@ class _MemoryTx:
             report.inbox_entries += len(seq_list) - len(keep)
             seq_list[:] = [q for q, _ in keep]
             ids[:] = [m for _, m in keep]
+        kept = {(aid, q) for aid, (seq_list, _) in s.inbox.items() for q in seq_list}
+        for gone in [k for k in s.receipts if k not in kept]:
+            del s.receipts[gone]
         referenced = {m for _, ids in s.inbox.values() for m in ids}
         for mid in [m for m, r in s.messages.items() if m not in referenced and r.sent_at < policy.read_before]:
             del s.messages[mid]
@@ -293,7 +327,7 @@ class InMemoryMeshStore:
         return found[query.offset : query.offset + query.limit]
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         async with self.transaction() as tx:
             agent = await tx.find_by_token(token_hash)
@@ -302,7 +336,15 @@ class InMemoryMeshStore:
             renewed = await tx.renew(token_hash, now)
             assert renewed is not None
             start = renewed.read_cursor if after is None else max(after, renewed.floor_seq)
-            return renewed, await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
+            entries = await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
+            if shown and entries:
+                through = entries[: min(shown, len(entries))][-1].seq
+                await tx.mark_inbox(renewed.agent_id, after=start, through=through, now=now, marks=READ_ONLY)
+            return renewed, entries
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        async with self.transaction() as tx:
+            await tx.mark_inbox(agent_id, after=after, through=through, now=now, marks=marks)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None

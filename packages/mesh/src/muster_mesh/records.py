@@ -48,6 +48,25 @@ class InboxEntry:
     message: MessageRecord
 
 
+# What an inbox records of its entries, each the first time it happens: handed to a live follower (a long-poll that
+# waited, an SSE stream, an MCP follower), returned by an inbox read, acknowledged (the cursor moved past it).
+WOKEN = "woken"
+READ = "read"
+ACKED = "acked"
+Marks = frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRecord:
+    """One recipient's entry of a message: stored when the message was (its ``sent_at``), then each first time."""
+
+    recipient: str
+    seq: int
+    woken_at: datetime | None = None
+    read_at: datetime | None = None
+    acked_at: datetime | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class AgentChanges:
     """The fields a check-in renewal sets; None leaves a field as it is."""

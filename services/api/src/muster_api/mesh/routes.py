@@ -43,6 +43,7 @@ from muster_mesh import (
     InvalidRequest,
     InvalidToken,
     MeshError,
+    MessageReceipts,
     SendPreview,
     SendRequest,
     SendResult,
@@ -53,6 +54,7 @@ from muster_mesh.models import (
     MAX_PAGE,
     MAX_SEQ,
     MAX_WAIT_SECONDS,
+    MESSAGE_ID_PATTERN,
     AgentId,
     Cursor,
     Label,
@@ -228,6 +230,25 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(Caller())]) -> R
     return answer(await call.mesh.send(body, token=call.token))
 
 
+MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN, description="`message_id` of a send's answer.")]
+
+
+@router.get(
+    "/messages/{message_id}",
+    openapi_extra=READ_DOC,
+    summary="Delivery receipts: what became of a message in each inbox (stored, woken, read, acknowledged)",
+    response_model=MessageReceipts,
+    responses={
+        **AUTH_ERRORS,
+        404: {"description": "no message with this id that the caller sent or received", **PROBLEM},
+    },
+)
+async def message_receipts(message_id: MessageId, call: Annotated[Call, Depends(Caller())]) -> Response:
+    """The sender sees every recipient's receipt, a recipient its own; to anyone else the message does not exist.
+    Receipts are kept as long as their inbox entries (until the sweeper removes read entries past retention)."""
+    return answer(await call.mesh.receipts(message_id, token=call.token))
+
+
 @router.get(
     "/inbox",
     openapi_extra=READ_DOC,
@@ -303,7 +324,8 @@ async def _first_page(
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.
     last_event_id = _last_event_id(request)
     start = last_event_id if last_event_id is not None else after
-    return call.mesh, call.token, await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE)
+    page = await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE, follow=True)
+    return call.mesh, call.token, page
 
 
 @router.get(
@@ -324,7 +346,11 @@ async def stream_inbox(
             )
         try:
             page = await mesh.read_inbox(
-                token=token, after=page.next_cursor, limit=MAX_PAGE, wait_seconds=mesh.limits.max_wait_seconds
+                token=token,
+                after=page.next_cursor,
+                limit=MAX_PAGE,
+                wait_seconds=mesh.limits.max_wait_seconds,
+                follow=True,
             )
         except MeshError as exc:
             yield ServerSentEvent(event="error", data={"code": exc.problem_extra["code"], "detail": str(exc)})

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import BigInteger, ColumnElement, Select, String, bindparam, literal_column, text, type_coerce
+from sqlalchemy import BigInteger, ColumnElement, Select, String, Update, bindparam, literal_column, text, type_coerce
 from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -27,12 +27,14 @@ from muster_api.mesh.store import (
     SqlMeshTx,
     TransactionNotifier,
     agent_from,
+    mark_statement,
     message_values,
     shown_columns,
 )
 from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.directory import ShownRow
+from muster_mesh.records import Marks
 
 # The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
 # muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
@@ -71,7 +73,7 @@ SELECT b.last_seq FROM b
 
 
 @lru_cache(maxsize=64)
-def _driver_select(stmt: Select[Any], dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
+def _driver_select(stmt: Select[Any] | Update, dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
     """A select compiled once for asyncpg: its SQL and the names of its positional parameters, in order."""
     compiled = stmt.compile(dialect=dialect)
     return str(compiled), tuple(compiled.positiontup or ())
@@ -127,25 +129,31 @@ class PostgresMeshTx(SqlMeshTx):
 
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
-# read cursor), $6 the page size. The UPDATE's WHERE holds every condition of a plain read: a row that fails one is
-# left alone and the caller takes the transaction that says why. One row per entry, or one with NULL entry columns.
+# read cursor), $6 the page size, $7 how many of the page to record as read (receipts). The UPDATE's WHERE holds every
+# condition of a plain read: a row that fails one is left alone and the caller takes the transaction that says why.
+# One row per entry, or one with NULL entry columns.
 _RENEW_AND_READ = """
 WITH a AS (
     UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
     WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
       AND ($5::bigint IS NULL OR $5::bigint <= last_seq)
     RETURNING *
+), e AS (
+    SELECT a.*, x.seq, x.message_id, x.sender, x.body, x.thread_id, x.sent_at
+    FROM a LEFT JOIN LATERAL (
+        SELECT i.seq, m.message_id, m.sender, m.body, m.thread_id, m.sent_at
+        FROM mesh_inbox AS i JOIN mesh_messages AS m ON m.message_id = i.message_id
+        WHERE i.recipient = a.agent_id
+          AND i.seq > CASE WHEN $5::bigint IS NULL THEN a.read_cursor ELSE GREATEST($5::bigint, a.floor_seq) END
+        ORDER BY i.seq
+        LIMIT $6
+    ) AS x ON true
+), r AS (
+    UPDATE mesh_inbox SET read_at = COALESCE(mesh_inbox.read_at, $1)
+    FROM (SELECT agent_id, seq FROM e WHERE seq IS NOT NULL ORDER BY seq LIMIT $7) AS s
+    WHERE mesh_inbox.recipient = s.agent_id AND mesh_inbox.seq = s.seq
 )
-SELECT a.*, e.seq, e.message_id, e.sender, e.body, e.thread_id, e.sent_at
-FROM a LEFT JOIN LATERAL (
-    SELECT i.seq, m.message_id, m.sender, m.body, m.thread_id, m.sent_at
-    FROM mesh_inbox AS i JOIN mesh_messages AS m ON m.message_id = i.message_id
-    WHERE i.recipient = a.agent_id
-      AND i.seq > CASE WHEN $5::bigint IS NULL THEN a.read_cursor ELSE GREATEST($5::bigint, a.floor_seq) END
-    ORDER BY i.seq
-    LIMIT $6
-) AS e ON true
-ORDER BY e.seq
+SELECT * FROM e ORDER BY seq
 """
 
 
@@ -208,7 +216,7 @@ class PostgresMeshStore(SqlMeshStore):
         return InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         # The expiry is computed here from the TTL seen for this token (the WHERE re-checks it): without one, the
         # transaction reads the row first.
@@ -216,7 +224,7 @@ class PostgresMeshStore(SqlMeshStore):
         if ttl is None:
             return None
         rows = await self.driver.fetch(
-            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
+            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit, shown
         )
         if not rows:
             return None
@@ -235,6 +243,11 @@ class PostgresMeshStore(SqlMeshStore):
             if r["seq"] is not None
         ]
         return agent_from(rows[0]), entries
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        sql, names = _driver_select(mark_statement(marks), self.engine.dialect)
+        params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": now}
+        await self.driver.fetch(sql, *(params[n] for n in names))
 
     async def aclose(self) -> None:
         await self.driver.aclose()

@@ -26,18 +26,21 @@ from muster_api.mesh import sqlite_trips
 from muster_api.mesh.sqlite_driver import NAMED, DriverStatement, bound, on_driver_thread, time_text
 from muster_api.mesh.store import (
     BUMP_ONE,
+    INBOX_ENTRY,
     INSERT_INBOX,
     INSERT_MESSAGE,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
     agent_from,
+    mark_statement,
     message_values,
     shown_columns,
     stored_time,
 )
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.directory import ShownRow
+from muster_mesh.records import Marks
 
 T = TypeVar("T")
 
@@ -80,7 +83,12 @@ _SHOWN = shown_columns(_timestamp)
 _driver_statement = lru_cache(maxsize=64)(DriverStatement)
 _BUMP_ONE = DriverStatement(BUMP_ONE)
 _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
-_INSERT_INBOX = DriverStatement(INSERT_INBOX)
+_INSERT_INBOX = DriverStatement(INSERT_INBOX, INBOX_ENTRY)
+
+
+@lru_cache(maxsize=8)
+def _marking(marks: Marks) -> DriverStatement:
+    return DriverStatement(mark_statement(marks))
 
 
 class SqliteMeshTx(SqlMeshTx):
@@ -259,12 +267,12 @@ class SqliteMeshStore(SqlMeshStore):
         return InboxEntry(seq=seq, message=MessageRecord(message_id, sender, body, thread_id, now))
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         renew = self._renewal(token_hash, now)
         if renew is None:
             return None
-        read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit))
+        read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit, shown))
         if read is None:
             return None
         agent, rows = read
@@ -278,6 +286,10 @@ class SqliteMeshStore(SqlMeshStore):
             for seq, message_id, sender, body, thread_id, sent_at in rows
         ]
         return agent_from(agent), entries
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": time_text(now)}
+        await self._in_one_trip(sqlite_trips.mark_inbox(_marking(marks), params))
 
     async def aclose(self) -> None:
         async with self._serial:

@@ -40,12 +40,16 @@ messages = Table(
     Column("sent_at", UTCDateTime, nullable=False, index=True),
 )
 
+# An entry's receipts: NULL until it first happens (a send writes none: the entry is stored when its message is).
 inbox = Table(
     "mesh_inbox",
     metadata,
     Column("recipient", String(64), ForeignKey("mesh_agents.agent_id", ondelete="CASCADE"), primary_key=True),
     Column("seq", BigInteger, primary_key=True),
     Column("message_id", String(32), ForeignKey("mesh_messages.message_id", ondelete="CASCADE"), nullable=False),
+    Column("woken_at", UTCDateTime, nullable=True),
+    Column("read_at", UTCDateTime, nullable=True),
+    Column("acked_at", UTCDateTime, nullable=True),
     Index("ix_mesh_inbox_message_id", "message_id"),
 )
 
