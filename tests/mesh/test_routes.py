@@ -68,7 +68,7 @@ async def test_checkin_list_send_read_ack_shapes(db_url: str) -> None:
             json={"role": "reviewer", "body": "PR ready", "thread_id": "pr-12", "confirm": True},
             headers=auth(builder),
         )
-        assert sent.status_code == 200 and set(sent.json()) == {"message_id", "recipients", "stored"}
+        assert sent.status_code == 200 and set(sent.json()) == {"message_id", "recipients", "stored", "followed"}
         assert sent.json()["stored"] == 1 and sent.json()["recipients"] == ["qa"]
 
         page = (await client.get("/mesh/inbox", headers=auth(qa))).json()
@@ -199,10 +199,17 @@ async def test_expiry_with_the_fake_clock(db_url: str) -> None:
         send = {"to": "gone", "body": "hi", "confirm": True}
         expired = problem(await client.post("/mesh/messages", json=send, headers=auth(alice)), 409, "recipient_expired")
         assert "gone" in expired["detail"]
+        shown = (await client.get("/mesh/agents/gone")).json()
+        assert (expired["last_seen_at"], expired["wake_possible"]) == (
+            shown["last_seen_at"].replace("Z", "+00:00"),
+            False,
+        )
+        assert expired["lease_ended_at"] == shown["expires_at"].replace("Z", "+00:00")
+        assert (await client.get("/mesh/inbox", headers=auth(alice))).json()["messages"] == [], "nothing stored"
         fan = await client.post(
             "/mesh/messages", json={"role": "qa", "body": "x", "confirm": True}, headers=auth(alice)
         )
-        assert fan.json() == {"message_id": None, "recipients": [], "stored": 0}
+        assert fan.json() == {"message_id": None, "recipients": [], "stored": 0, "followed": []}
         problem(await client.get("/mesh/inbox", headers=auth(gone)), 401, "lease_expired")
         nobody = {"to": "nobody", "body": "hi", "confirm": True}
         problem(await client.post("/mesh/messages", json=nobody, headers=auth(alice)), 404, "recipient_not_found")

@@ -80,6 +80,9 @@ class SendResult(Answer):
     message_id: str | None
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
+    followed: list[str] = Field(
+        default_factory=list, description="Recipients a reader was following: handed it now; the others read it later."
+    )
     replayed: bool = False
 
 

@@ -134,11 +134,18 @@ class MessageNotFound(MeshError):
 class RecipientExpired(MeshError):
     code = "recipient_expired"
 
-    def __init__(self, agent_id: str, expired_at: datetime) -> None:
+    def __init__(self, agent_id: str, expired_at: datetime, last_seen_at: datetime) -> None:
+        # No wake can reach it: every follower of an inbox (a long-poll, an SSE stream, the follower of muster mcp
+        # that wakes a Herdr pane) renews the lease with each read, so an agent whose lease ended has none.
         super().__init__(
-            f"agent {agent_id!r} is not live: its lease ended at {expired_at.isoformat()}; nothing was stored",
+            f"agent {agent_id!r} is not live: last seen at {last_seen_at.isoformat()}, its lease ended at "
+            f"{expired_at.isoformat()}; nothing was stored. No wake can reach it (nothing follows its inbox: a "
+            "follower would have kept its lease); it receives again once it checks in",
             agent_id=agent_id,
             expired_at=expired_at.isoformat(),
+            lease_ended_at=expired_at.isoformat(),
+            last_seen_at=last_seen_at.isoformat(),
+            wake_possible=False,
         )
 
 

@@ -241,6 +241,9 @@ class _MemoryTx:
                 times[mark] = now
                 self._undo.append(partial(times.pop, mark, None))
 
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        return {i for i in agent_ids if (a := self._s.agents.get(i)) is not None and a.followed_at(now)}
+
     async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
         s = self._s
         message = s.messages.get(message_id)
@@ -348,9 +351,15 @@ class InMemoryMeshStore:
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """Transactions here never overlap (``serial``): the mesh's own transaction is as short."""
         return None
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        async with self.transaction() as tx:
+            agent = await tx.get_agent(agent_id)
+            if agent is not None:
+                await tx.replace_agent(replace(agent, followed_until=until))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_MemoryTx]:

@@ -578,12 +578,15 @@ class Mesh:
     ) -> tuple[SendResult, dict[str, InboxEntry]] | None:
         """The common direct send where the store renews the sender and delivers in one step; None when it cannot
         (the transaction then says why, or does it in several)."""
-        entry = await self.store.renew_and_deliver(
+        delivered = await self.store.renew_and_deliver(
             hashed, to, now, message_id=uuid.uuid4().hex, body=request.body, thread_id=request.thread_id
         )
-        if entry is None:
+        if delivered is None:
             return None
-        result = SendResult(message_id=entry.message.message_id, recipients=[to], stored=1)
+        entry, followed = delivered
+        result = SendResult(
+            message_id=entry.message.message_id, recipients=[to], stored=1, followed=[to] if followed else []
+        )
         return result, {to: entry}
 
     async def _sender(self, ctx: SendContext) -> AgentRecord:
@@ -621,7 +624,10 @@ class Mesh:
                 seqs = await ctx.tx.deliver(message, to, ctx.now)
         assert found is not None and found.agent_id == sender_id
         await self._bumped(ctx, to, seqs)
-        result = SendResult(message_id=message.message_id, recipients=sorted(seqs), stored=len(seqs))
+        followed = await ctx.tx.followed([to], ctx.now)
+        result = SendResult(
+            message_id=message.message_id, recipients=sorted(seqs), stored=len(seqs), followed=sorted(followed)
+        )
         return result, {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
 
     async def _send_direct(
@@ -689,7 +695,8 @@ class Mesh:
             )
             await tx.add_message(message, seqs)
             entries = {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
-        result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
+        followed = await tx.followed(list(seqs), now) if seqs else set()
+        result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs), followed=sorted(followed))
         await self._remember(
             tx,
             f"agent:{sender.agent_id}",
@@ -707,7 +714,7 @@ class Mesh:
         if target is None:
             raise RecipientNotFound(agent_id)
         if not target.live_at(now):
-            raise RecipientExpired(target.agent_id, target.expires_at)
+            raise RecipientExpired(target.agent_id, target.expires_at, target.last_seen_at)
 
     # ------------------------------------------------------------------ inbox
 
@@ -740,7 +747,9 @@ class Mesh:
             agent_id = agent.agent_id
         # Subscribed before the read that decides to wait, so a message committed after that read still wakes us.
         async with self.notifier.subscribe(agent_id) as subscription:
-            # From here on the reader is a live follower of its inbox: what it is handed is woken as well as read.
+            # From here on the reader is a live follower of its inbox: what it is handed is woken as well as read,
+            # and a sender is told that it follows.
+            await self.store.follow(agent_id, self._now() + timedelta(seconds=deadline - anyio.current_time()))
             _, page = await self._read(hashed, after, limit, read=not follow)
             while True:
                 remaining = deadline - anyio.current_time()

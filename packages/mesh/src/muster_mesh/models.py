@@ -178,6 +178,12 @@ class SendResult(Strict):
     message_id: str | None = Field(description="None when no live agent matched: nothing was stored.")
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
+    followed: list[str] = Field(
+        default_factory=list,
+        description="The recipients whose inbox a reader was following as it was sent (a waiting long-poll, an SSE "
+        "stream, the follower of `muster mcp` that wakes a Herdr pane): they are handed it now. The other recipients "
+        "find it at their next inbox read.",
+    )
     replayed: bool = Field(default=False, exclude=True)
 
 

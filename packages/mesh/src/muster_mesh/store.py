@@ -98,6 +98,9 @@ class MeshTx(Protocol):
         """Receipts: on the entries of this inbox with ``after < seq <= through``, set each of ``marks`` (``WOKEN``,
         ``READ``, ``ACKED``) to ``now`` where it is not set yet (the first time counts)."""
 
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        """Those of these agents whose inbox a reader follows at ``now`` (``AgentRecord.followed_at``)."""
+
     async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
         """The message and its inbox entries' receipts (in recipient order); None when no such message is kept."""
 
@@ -139,12 +142,15 @@ class MeshStore(Protocol):
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """A direct send as one atomic step: renew the lease of the live agent holding this token (as
         ``MeshTx.renew``) and deliver a message from it, sent at ``now``, to the live agent ``to`` (as
-        ``MeshTx.deliver``), with its wake-up. Returns the entry stored. None, and no change, when any of that does
-        not hold or the store cannot do it in one step: the caller then takes a transaction, which refuses as it
-        must."""
+        ``MeshTx.deliver``), with its wake-up. Returns the entry stored and whether a reader follows ``to``'s inbox
+        at ``now``. None, and no change, when any of that does not hold or the store cannot do it in one step: the
+        caller then takes a transaction, which refuses as it must."""
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        """A reader waits on this agent's inbox until ``until``: set its ``followed_until`` (one step of its own)."""
 
     def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
         """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and

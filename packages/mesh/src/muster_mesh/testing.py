@@ -360,9 +360,14 @@ async def sending_to_missing_or_expired_is_refused_and_stores_nothing(make: Mesh
         await join(mesh, "gone", ttl_seconds=60)
         await raises(RecipientNotFound, send(mesh, alice, to="nobody"))
         await raises(RecipientNotFound, mesh.send(SendRequest(to="nobody", body="x"), token=alice))
+        seen = clock()
         clock.advance(61)
         err = await raises(RecipientExpired, send(mesh, alice, to="gone"))
         assert err.problem_extra["agent_id"] == "gone"
+        # The refusal says when it was last seen, when its lease ended, and that no wake reaches it.
+        assert err.problem_extra["last_seen_at"] == seen.isoformat()
+        assert err.problem_extra["lease_ended_at"] == (seen + timedelta(seconds=60)).isoformat()
+        assert err.problem_extra["wake_possible"] is False and "No wake can reach it" in str(err)
         await raises(RecipientExpired, mesh.send(SendRequest(to="gone", body="x"), token=alice))
         fresh = await join(mesh, "gone")
         assert (await mesh.read_inbox(token=fresh, after=0)).messages == []
@@ -711,22 +716,26 @@ async def receipts_tell_a_waiting_reader_and_a_follower_from_a_read(make: MeshFa
         async def poll() -> None:
             pages.append(await mesh.read_inbox(token=bob, wait_seconds=30))
 
+        assert (await sent(mesh, alice, "before", to="bob")).followed == [], "nobody follows bob's inbox yet"
+        await acked(mesh, bob, 1)
         with anyio.fail_after(20):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(poll)
                 await _until_waiting(mesh)
                 first = await sent(mesh, alice, "while waiting", to="bob")
         assert [m.body for m in pages[0].messages] == ["while waiting"] and first.message_id is not None
+        assert first.followed == ["bob"], "the sender is told a reader follows bob's inbox"
         t0 = clock()
         assert _times(await mesh.receipts(first.message_id, token=alice)) == {"bob": (t0, t0, t0, None)}
-        clock.advance(5)
+        clock.advance(31)
         second = await sent(mesh, alice, "followed", to="bob")
-        assert second.message_id is not None
+        assert second.message_id is not None and second.followed == [], "the long-poll's wait is over"
         clock.advance(5)
-        followed = await mesh.read_inbox(token=bob, after=1, follow=True)
+        followed = await mesh.read_inbox(token=bob, after=2, follow=True)
         assert [m.body for m in followed.messages] == ["followed"]
         # A follower (an SSE stream, the MCP follower) was handed it: woken, not read by the agent yet.
         t1 = clock() - timedelta(seconds=5)
+        assert (await mesh.list_agents()).agents[0].agent_id == "alice"
         assert _times(await mesh.receipts(second.message_id, token=alice)) == {"bob": (t1, clock(), None, None)}
 
 

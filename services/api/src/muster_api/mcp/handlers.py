@@ -124,9 +124,13 @@ async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
         return f"Preview, nothing stored: the message would go to {who}. Call agent_send again with confirm: true."
     if answer.stored == 0:
         return "Nothing stored: no live agent matches that address (see agents_list)."
-    return (
-        f"Stored in {answer.stored} inbox(es): {', '.join(answer.recipients)} (stored, not yet read). "
-        f"Message {answer.message_id}: message_receipts shows when each recipient is woken, reads and acknowledges it."
+    return "\n".join(
+        [
+            f"Stored in {answer.stored} inbox(es): {', '.join(answer.recipients)} (stored, not yet read).",
+            *words.followed_lines(answer.recipients, answer.followed),
+            f"Message {answer.message_id}: message_receipts shows when each recipient is woken, reads and "
+            "acknowledges it.",
+        ]
     )
 
 

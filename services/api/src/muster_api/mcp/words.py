@@ -61,6 +61,18 @@ def hit_line(hit: SearchHit, now: datetime) -> str:
     return f"- {hit.message_id} from {hit.sender}{thread}, {age} ago: {quoted(hit.snippet)}"
 
 
+def followed_lines(recipients: list[str], followed: list[str]) -> list[str]:
+    """Who is handed the message now, and who finds it only at its next inbox read."""
+    now = [r for r in recipients if r in followed]
+    later = [r for r in recipients if r not in followed]
+    lines = []
+    if now:
+        lines.append(f"Followed right now (a live reader or its auto-wake is handed it): {', '.join(now)}.")
+    if later:
+        lines.append(f"Nobody follows the inbox of {', '.join(later)}: it finds the message at its next inbox read.")
+    return lines
+
+
 def receipt_line(receipt: Receipt, now: datetime) -> str:
     """One recipient's receipt: each step with how long ago it happened, or "not yet"."""
     steps = (

@@ -222,7 +222,9 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, 
 )
 async def send(body: SendRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
     """Exactly one of `to`, `role`, `repo`, `cap`. `stored` counts the inboxes that hold the message once this
-    answers (stored, not delivered)."""
+    answers (stored, not delivered); `followed` names the recipients a reader was following (handed it now), the
+    others find it at their next read. A direct send to an agent whose lease ended is refused (409, nothing stored)
+    with when it was last seen (`last_seen_at`), when its lease ended (`lease_ended_at`) and `wake_possible`."""
     if call.key is not None:
         if body.idempotency_key is not None and body.idempotency_key != call.key:
             raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")

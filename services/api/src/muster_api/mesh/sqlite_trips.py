@@ -52,22 +52,23 @@ def _in_transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection
 
 def renew_and_deliver(
     renew: Mapping[str, Any], to: str, live_at: str, message: Mapping[str, Any]
-) -> Callable[[sqlite3.Connection], tuple[str, int] | None]:
+) -> Callable[[sqlite3.Connection], tuple[str, int, bool] | None]:
     """The sender's renewal (``RENEW_BY_TOKEN``), the live recipient's next sequence, the message and its inbox entry,
     in one transaction. Answers (sender, sequence); None, and nothing written, when the sender's token or TTL or the
-    recipient's lease does not qualify."""
+    recipient's lease does not qualify. The answer also says whether a reader follows the recipient's inbox."""
 
-    def body(conn: sqlite3.Connection) -> tuple[str, int] | None:
+    def body(conn: sqlite3.Connection) -> tuple[str, int, bool] | None:
         renewed = _RENEW.run(conn, renew)
         if not renewed:
             return None
         bumped = _BUMP_ONE.run(conn, {"p_id": to, "p_now": live_at})
         if not bumped:
             return None
-        sender, seq = str(renewed[0][_AGENT_ID]), int(bumped[0][1])
+        sender, seq, until = str(renewed[0][_AGENT_ID]), int(bumped[0][1]), bumped[0][2]
         _INSERT_MESSAGE.run(conn, {**message, "sender": sender})
         _INSERT_INBOX.run(conn, {"recipient": to, "seq": seq, "message_id": message["message_id"]})
-        return sender, seq
+        # Both the stored text of UTCDateTime, which sorts as the times do.
+        return sender, seq, until is not None and until > live_at
 
     return lambda conn: _in_transaction(conn, body)
 
@@ -98,8 +99,8 @@ def renew_and_read(
     return lambda conn: _in_transaction(conn, body)
 
 
-def mark_inbox(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
-    """Receipts on a run of one inbox's entries (``store.mark_statement``), in a transaction of their own."""
+def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
+    """One statement (receipts, a follower's wait) in a transaction of its own."""
 
     def body(conn: sqlite3.Connection) -> bool:
         stmt.run(conn, params)
@@ -108,4 +109,4 @@ def mark_inbox(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sq
     return lambda conn: _in_transaction(conn, body)
 
 
-__all__ = ["mark_inbox", "renew_and_deliver", "renew_and_read"]
+__all__ = ["one_statement", "renew_and_deliver", "renew_and_read"]

@@ -96,11 +96,17 @@ TOUCH = (
 )
 # ``+ 1`` as a literal: the statement's only parameters are the ones named here.
 _NEXT_SEQ = agents.c.last_seq + literal_column("1", BigInteger)
+FOLLOW = (
+    update(agents).where(agents.c.agent_id == bindparam("p_id")).values(followed_until=_p("p_until", "followed_until"))
+)
+FOLLOWED = select(agents.c.agent_id).where(
+    agents.c.agent_id.in_(bindparam("p_ids", expanding=True)), agents.c.followed_until > _p("p_now", "followed_until")
+)
 BUMP_ONE = (
     update(agents)
     .where(agents.c.agent_id == bindparam("p_id"), agents.c.expires_at > _p("p_now", "expires_at"))
     .values(last_seq=_NEXT_SEQ)
-    .returning(agents.c.agent_id, agents.c.last_seq)
+    .returning(agents.c.agent_id, agents.c.last_seq, agents.c.followed_until)
 )
 BUMP_MANY = (
     update(agents)
@@ -172,7 +178,7 @@ GET_IDEMPOTENCY = select(idempotency).where(
 
 # Columns a directory page reads as the driver hands them over, without SQLAlchemy's per-value result processing
 # (a Python call per value, 400 per page): SQLite's stored text, asyncpg's decoded values; the row mapper takes both.
-_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at")
+_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at", "followed_until")
 
 
 def stored_time(value: datetime | str) -> datetime:
@@ -212,6 +218,7 @@ def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
+        followed_until=None if (followed := m.get("followed_until")) is None else stored_time(followed),
     )
 
 
@@ -230,6 +237,7 @@ def agent_values(record: AgentRecord) -> dict[str, Any]:
         "last_seq": record.last_seq,
         "read_cursor": record.read_cursor,
         "floor_seq": record.floor_seq,
+        "followed_until": record.followed_until,
     }
 
 
@@ -558,6 +566,12 @@ class SqlMeshTx(SqlClaims, SqlTasks):
         params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": now}
         await self._conn.execute(mark_statement(marks), params)
 
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        ids = sorted(set(agent_ids))
+        if not ids:
+            return set()
+        return {r.agent_id for r in (await self._conn.execute(FOLLOWED, {"p_ids": ids, "p_now": now})).all()}
+
     async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
         rows = (await self._conn.execute(RECEIPTS, {"p_id": message_id})).mappings().all()
         if not rows:
@@ -685,13 +699,17 @@ class SqlMeshStore:
         """No one-step read in the portable core: the mesh reads in a transaction."""
         return None
 
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        async with self.standalone() as tx:
+            await tx._conn.execute(FOLLOW, {"p_id": agent_id, "p_until": until})
+
     async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
         async with self.standalone() as tx:
             await tx.mark_inbox(agent_id, after=after, through=through, now=now, marks=marks)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """No one-step send in the portable core: the mesh sends in a transaction."""
         return None
 

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.mesh.store import (
+    FOLLOW,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
@@ -179,7 +180,7 @@ WITH l AS MATERIALIZED (
 ), b AS (
     UPDATE mesh_agents SET last_seq = last_seq + 1
     WHERE agent_id = $6 AND (SELECT go FROM ok)
-    RETURNING agent_id, last_seq
+    RETURNING agent_id, last_seq, followed_until
 ), m AS (
     INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
     SELECT $7::text, $1, $8::text, $9::text, $3 FROM b
@@ -189,7 +190,7 @@ WITH l AS MATERIALIZED (
     SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
     RETURNING 1
 )
-SELECT b.last_seq FROM b, s
+SELECT b.last_seq, COALESCE(b.followed_until > $3, false) AS followed FROM b, s
 """
 
 
@@ -202,7 +203,7 @@ class PostgresMeshStore(SqlMeshStore):
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         # The sender from the token's agent_id and TTL seen before (the statement re-checks both); a message to
         # oneself takes the transaction.
         sender, ttl = self.token_ids.get(token_hash), self.ttl_hints.get(token_hash)
@@ -213,7 +214,8 @@ class PostgresMeshStore(SqlMeshStore):
         rows = await self.driver.fetch(_RENEW_AND_DELIVER, *args)
         if not rows:
             return None
-        return InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
+        entry = InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
+        return entry, bool(rows[0]["followed"])
 
     async def renew_and_read(
         self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
@@ -243,6 +245,11 @@ class PostgresMeshStore(SqlMeshStore):
             if r["seq"] is not None
         ]
         return agent_from(rows[0]), entries
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        sql, names = _driver_select(FOLLOW, self.engine.dialect)
+        params = {"p_id": agent_id, "p_until": until}
+        await self.driver.fetch(sql, *(params[n] for n in names))
 
     async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
         sql, names = _driver_select(mark_statement(marks), self.engine.dialect)

@@ -27,6 +27,8 @@ agents = Table(
     Column("last_seq", BigInteger, nullable=False),
     Column("read_cursor", BigInteger, nullable=False),
     Column("floor_seq", BigInteger, nullable=False),
+    # Until when a reader waits on the inbox (a long-poll or a stream): a message sent before then wakes it.
+    Column("followed_until", UTCDateTime, nullable=True),
     Index("ix_mesh_agents_roster", "agent_id", "expires_at"),
 )
 

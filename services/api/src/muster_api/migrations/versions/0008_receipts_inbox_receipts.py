@@ -1,4 +1,5 @@
-"""Mesh: delivery receipts on each inbox entry (woken, read, acknowledged: NULL until it first happens).
+"""Mesh: delivery receipts on each inbox entry (woken, read, acknowledged: NULL until it first happens), and until
+when a reader follows each agent's inbox (``mesh_agents.followed_until``).
 
 Revision ID: 0008_receipts_inbox_receipts
 Revises: 0007_mesh_search
@@ -25,10 +26,12 @@ COLUMNS = ("woken_at", "read_at", "acked_at")
 def upgrade() -> None:
     for name in COLUMNS:
         op.add_column("mesh_inbox", sa.Column(name, UTCDateTime(), nullable=True))
+    op.add_column("mesh_agents", sa.Column("followed_until", UTCDateTime(), nullable=True))
 
 
 def downgrade() -> None:
     # Dropped one by one: SQLite (3.35+) drops a plain column in place, without the batch copy that would drop the
     # search index's triggers.
+    op.drop_column("mesh_agents", "followed_until")
     for name in reversed(COLUMNS):
         op.drop_column("mesh_inbox", name)
