@@ -41,6 +41,8 @@ PAIRS: dict[type[models.Answer], str] = {
     models.DispatchAgents: "muster_api__dispatch__models__AgentsOut",
     models.Run: "Run",
     models.RunPage: "RunPage",
+    models.MessageReceipts: "MessageReceipts",
+    models.Receipt: "Receipt",
     models.SearchHit: "SearchHit",
     models.SearchPage: "SearchPage",
     models.LastMessage: "LastMessage",

@@ -68,7 +68,7 @@ async def test_checkin_list_send_read_ack_shapes(db_url: str) -> None:
             json={"role": "reviewer", "body": "PR ready", "thread_id": "pr-12", "confirm": True},
             headers=auth(builder),
         )
-        assert sent.status_code == 200 and set(sent.json()) == {"message_id", "recipients", "stored"}
+        assert sent.status_code == 200 and set(sent.json()) == {"message_id", "recipients", "stored", "followed"}
         assert sent.json()["stored"] == 1 and sent.json()["recipients"] == ["qa"]
 
         page = (await client.get("/mesh/inbox", headers=auth(qa))).json()
@@ -199,10 +199,17 @@ async def test_expiry_with_the_fake_clock(db_url: str) -> None:
         send = {"to": "gone", "body": "hi", "confirm": True}
         expired = problem(await client.post("/mesh/messages", json=send, headers=auth(alice)), 409, "recipient_expired")
         assert "gone" in expired["detail"]
+        shown = (await client.get("/mesh/agents/gone")).json()
+        assert (expired["last_seen_at"], expired["wake_possible"]) == (
+            shown["last_seen_at"].replace("Z", "+00:00"),
+            False,
+        )
+        assert expired["lease_ended_at"] == shown["expires_at"].replace("Z", "+00:00")
+        assert (await client.get("/mesh/inbox", headers=auth(alice))).json()["messages"] == [], "nothing stored"
         fan = await client.post(
             "/mesh/messages", json={"role": "qa", "body": "x", "confirm": True}, headers=auth(alice)
         )
-        assert fan.json() == {"message_id": None, "recipients": [], "stored": 0}
+        assert fan.json() == {"message_id": None, "recipients": [], "stored": 0, "followed": []}
         problem(await client.get("/mesh/inbox", headers=auth(gone)), 401, "lease_expired")
         nobody = {"to": "nobody", "body": "hi", "confirm": True}
         problem(await client.post("/mesh/messages", json=nobody, headers=auth(alice)), 404, "recipient_not_found")
@@ -556,3 +563,39 @@ async def test_a_lost_token_is_taken_over(db_url: str) -> None:
             assert gone["agent_id"] == "alice" and gone["superseded_at"], (method, path)
         assert (await client.get("/mesh/inbox", headers=auth(fresh))).status_code == 200
         assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"] == [], "nothing was sent"
+
+
+async def test_receipts_for_the_sender_and_recipients_only(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        alice = await join(client, "alice")
+        bob = await join(client, "bob", role="rev")
+        carol = await join(client, "carol", role="rev")
+        eve = await join(client, "eve")
+        sent = await client.post(
+            "/mesh/messages", json={"role": "rev", "body": "look", "confirm": True}, headers=auth(alice)
+        )
+        message_id = sent.json()["message_id"]
+        clock.advance(3)
+        assert (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"][0]["message_id"] == message_id
+        shown = await client.get(f"/mesh/messages/{message_id}", headers=auth(alice))
+        assert shown.status_code == 200, shown.text
+        body = shown.json()
+        assert set(body) == {"message_id", "from", "thread_id", "sent_at", "receipts"} and body["from"] == "alice"
+        by_agent = {r["agent_id"]: r for r in body["receipts"]}
+        assert set(by_agent) == {"bob", "carol"}
+        assert set(by_agent["bob"]) == {"agent_id", "stored_at", "woken_at", "read_at", "acknowledged_at"}
+        assert by_agent["bob"]["stored_at"] == body["sent_at"] and by_agent["bob"]["read_at"] is not None
+        assert by_agent["carol"]["read_at"] is None
+        own = (await client.get(f"/mesh/messages/{message_id}", headers=auth(carol))).json()
+        assert [r["agent_id"] for r in own["receipts"]] == ["carol"], "a recipient sees its own receipt"
+        # Anyone else: the very answer an unknown id gets, but for the id itself.
+        hidden = problem(await client.get(f"/mesh/messages/{message_id}", headers=auth(eve)), 404, "message_not_found")
+        unknown = problem(await client.get(f"/mesh/messages/{'f' * 32}", headers=auth(eve)), 404, "message_not_found")
+        assert hidden.keys() == unknown.keys()
+        assert {k: v for k, v in hidden.items() if "message" not in k and k != "detail" and k != "instance"} == {
+            k: v for k, v in unknown.items() if "message" not in k and k != "detail" and k != "instance"
+        }
+        problem(await client.get(f"/mesh/messages/{message_id}"), 401, "token_required")
+        bad = problem(await client.get("/mesh/messages/not-an-id", headers=auth(alice)), 422)
+        assert "message_id" in str(bad)

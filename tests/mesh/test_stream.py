@@ -57,3 +57,36 @@ async def test_stream_delivers_backlog_then_live_messages_and_resumes(db_url: st
             with anyio.fail_after(20):
                 resumed = await events(client, {**auth(bob), "Last-Event-ID": "2"}, 1)
             assert resumed == [("3", "third")], "Last-Event-ID resumes after the last event seen"
+
+
+async def test_a_stream_wakes_and_only_a_read_reads(db_url: str) -> None:
+    with server_process(db_url) as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=20) as client:
+            alice = await join(client, "alice")
+            bob = await join(client, "bob")
+            sent = await client.post(
+                "/mesh/messages", json={"to": "bob", "body": "hi", "confirm": True}, headers=auth(alice)
+            )
+            message_id = sent.json()["message_id"]
+
+            async def receipt() -> dict[str, object]:
+                r = await client.get(f"/mesh/messages/{message_id}", headers=auth(alice))
+                assert r.status_code == 200, r.text
+                [only] = r.json()["receipts"]
+                assert only["agent_id"] == "bob"
+                return dict(only)
+
+            assert {k for k, v in (await receipt()).items() if v is not None} == {"agent_id", "stored_at"}
+            with anyio.fail_after(20):
+                assert await events(client, auth(bob), 1) == [("1", "hi")]
+            streamed = await receipt()
+            assert streamed["woken_at"] is not None and streamed["read_at"] is None, "a stream wakes; it does not read"
+            assert [m["body"] for m in (await client.get("/mesh/inbox", headers=auth(bob))).json()["messages"]] == [
+                "hi"
+            ]
+            read = await receipt()
+            assert read["read_at"] is not None and read["acknowledged_at"] is None
+            acked = await client.post("/mesh/inbox/ack", json={"cursor": 1, "confirm": True}, headers=auth(bob))
+            assert acked.status_code == 200
+            done = await receipt()
+            assert done["acknowledged_at"] is not None and done["woken_at"] == streamed["woken_at"], "first times kept"

@@ -26,6 +26,7 @@ from muster_client.models import (
     CheckoutResult,
     DispatchAgents,
     InboxPage,
+    MessageReceipts,
     Ready,
     Run,
     RunPage,
@@ -183,6 +184,10 @@ def inbox(*, after: int | None, limit: int | None, wait_seconds: float) -> Call[
     if wait_seconds:
         params["wait_seconds"] = wait_seconds
     return Call("GET", "/mesh/inbox", model(InboxPage), params=params, as_agent=True, hold=wait_seconds)
+
+
+def receipts(message_id: str) -> Call[MessageReceipts]:
+    return Call("GET", f"/mesh/messages/{segment(message_id)}", model(MessageReceipts), as_agent=True)
 
 
 def search(q: str, *, view: str, limit: int | None, cursor: str | None) -> Call[SearchPage]:

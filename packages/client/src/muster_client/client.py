@@ -28,6 +28,7 @@ from muster_client.models import (
     DispatchAgents,
     InboxMessage,
     InboxPage,
+    MessageReceipts,
     Ready,
     Run,
     RunEvent,
@@ -177,6 +178,11 @@ class MusterClient(ClientCore):
     def inbox(self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0) -> InboxPage:
         """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored."""
         return self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
+
+    def receipts(self, message_id: str) -> MessageReceipts:
+        """What became of a message this agent sent (every recipient) or received (its own): stored, woken, read,
+        acknowledged, with times. ``ApiError`` 404 for any other message."""
+        return self.call(calls.receipts(message_id))
 
     def search(self, q: str, *, view: str = "mine", limit: int | None = None, cursor: str | None = None) -> SearchPage:
         """Full-text search: ``mine`` over what this agent sent and received (its token), ``all`` over every message

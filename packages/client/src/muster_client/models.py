@@ -80,6 +80,9 @@ class SendResult(Answer):
     message_id: str | None
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
+    followed: list[str] = Field(
+        default_factory=list, description="Recipients a reader was following: handed it now; the others read it later."
+    )
     replayed: bool = False
 
 
@@ -98,6 +101,28 @@ class InboxPage(Answer):
     messages: list[InboxMessage]
     next_cursor: int
     has_more: bool
+
+
+class Receipt(Answer):
+    """What became of a message in one recipient's inbox: each time the first time it happened, None until then."""
+
+    agent_id: str
+    stored_at: datetime
+    woken_at: datetime | None = None
+    read_at: datetime | None = None
+    acknowledged_at: datetime | None = None
+
+
+class MessageReceipts(Answer):
+    """A message's receipts: every recipient's for its sender, a recipient's own for a recipient."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    thread_id: str | None = None
+    sent_at: datetime
+    receipts: list[Receipt]
 
 
 class SearchHit(Answer):

@@ -13,6 +13,7 @@ MeshError                      root: anything the mesh refuses
 ├── AgentNotFound              no agent with this agent_id (404)
 │   └── RecipientNotFound      direct message to an agent_id that is not checked in
 ├── ThreadNotFound             a thread with no message the caller may see (404)
+├── MessageNotFound            no message with this id that the caller sent or received (404)
 ├── RecipientExpired           direct message to an agent whose lease expired (409)
 ├── IdempotencyConflict        an idempotency key reused with different arguments (409)
 ├── TokenGivenOnce             a retried check-in that made a token: the token is not repeated (409)
@@ -131,14 +132,29 @@ class ThreadNotFound(MeshError):
         super().__init__(f"no thread {thread_id!r} among the messages you may see", thread_id=thread_id)
 
 
+class MessageNotFound(MeshError):
+    code = "message_not_found"
+
+    def __init__(self, message_id: str) -> None:
+        # The same answer whether the message does not exist or belongs to others: no hint that it exists.
+        super().__init__(f"no message {message_id!r} sent or received by the caller", message_id=message_id)
+
+
 class RecipientExpired(MeshError):
     code = "recipient_expired"
 
-    def __init__(self, agent_id: str, expired_at: datetime) -> None:
+    def __init__(self, agent_id: str, expired_at: datetime, last_seen_at: datetime) -> None:
+        # No wake can reach it: every follower of an inbox (a long-poll, an SSE stream, the follower of muster mcp
+        # that wakes a Herdr pane) renews the lease with each read, so an agent whose lease ended has none.
         super().__init__(
-            f"agent {agent_id!r} is not live: its lease ended at {expired_at.isoformat()}; nothing was stored",
+            f"agent {agent_id!r} is not live: last seen at {last_seen_at.isoformat()}, its lease ended at "
+            f"{expired_at.isoformat()}; nothing was stored. No wake can reach it (nothing follows its inbox: a "
+            "follower would have kept its lease); it receives again once it checks in",
             agent_id=agent_id,
             expired_at=expired_at.isoformat(),
+            lease_ended_at=expired_at.isoformat(),
+            last_seen_at=last_seen_at.isoformat(),
+            wake_possible=False,
         )
 
 

@@ -15,18 +15,25 @@ from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow, shown_row
 from muster_mesh.memory_tasks import MemoryTasks
 from muster_mesh.records import (
+    ACKED,
+    READ,
+    WOKEN,
     AgentChanges,
     AgentFilter,
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
+    Marks,
     MessageRecord,
+    ReceiptRecord,
     SweepPolicy,
     SweepReport,
 )
 from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
 from muster_mesh.tasks import TaskEvent, TaskRecord
 from muster_mesh.threads import PREVIEW_CHARS, ThreadMessageRow, ThreadQuery, ThreadRow
+
+READ_ONLY = frozenset({READ})
 
 
 class _State:
@@ -40,6 +47,8 @@ class _State:
         self.claims: dict[str, ClaimRecord] = {}
         self.tasks: dict[str, TaskRecord] = {}
         self.task_events: dict[str, list[TaskEvent]] = {}
+        # (recipient, seq) → receipt mark → its first time; kept while the entry is.
+        self.receipts: dict[tuple[str, int], dict[str, datetime]] = {}
 
 
 def _popper(seq_list: list[int], ids: list[str]) -> Callable[[], object]:
@@ -230,6 +239,31 @@ class _MemoryTx(MemoryTasks):
             for i in range(start, min(start + limit, len(seq_list)))
         ]
 
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        seq_list, _ = self._s.inbox.get(agent_id, ([], []))
+        start, end = bisect.bisect_right(seq_list, after), bisect.bisect_right(seq_list, through)
+        for seq in seq_list[start:end]:
+            times = self._s.receipts.setdefault((agent_id, seq), {})
+            for mark in marks - times.keys():
+                times[mark] = now
+                self._undo.append(partial(times.pop, mark, None))
+
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        return {i for i in agent_ids if (a := self._s.agents.get(i)) is not None and a.followed_at(now)}
+
+    async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
+        s = self._s
+        message = s.messages.get(message_id)
+        if message is None:
+            return None
+        found: list[ReceiptRecord] = []
+        for agent_id, (seq_list, ids) in sorted(s.inbox.items()):
+            for seq, mid in zip(seq_list, ids, strict=True):
+                if mid == message_id:
+                    times = s.receipts.get((agent_id, seq), {})
+                    found.append(ReceiptRecord(agent_id, seq, times.get(WOKEN), times.get(READ), times.get(ACKED)))
+        return message, found
+
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         return self._s.idempotency.get((scope, key))
 
@@ -265,6 +299,9 @@ class _MemoryTx(MemoryTasks):
             report.inbox_entries += len(seq_list) - len(keep)
             seq_list[:] = [q for q, _ in keep]
             ids[:] = [m for _, m in keep]
+        kept = {(aid, q) for aid, (seq_list, _) in s.inbox.items() for q in seq_list}
+        for gone in [k for k in s.receipts if k not in kept]:
+            del s.receipts[gone]
         referenced = {m for _, ids in s.inbox.values() for m in ids}
         for mid in [m for m, r in s.messages.items() if m not in referenced and r.sent_at < policy.read_before]:
             del s.messages[mid]
@@ -352,7 +389,7 @@ class InMemoryMeshStore:
         ]
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         async with self.transaction() as tx:
             agent = await tx.find_by_token(token_hash)
@@ -361,13 +398,27 @@ class InMemoryMeshStore:
             renewed = await tx.renew(token_hash, now)
             assert renewed is not None
             start = renewed.read_cursor if after is None else max(after, renewed.floor_seq)
-            return renewed, await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
+            entries = await tx.read_inbox(renewed.agent_id, after=start, limit=limit)
+            if shown and entries:
+                through = entries[: min(shown, len(entries))][-1].seq
+                await tx.mark_inbox(renewed.agent_id, after=start, through=through, now=now, marks=READ_ONLY)
+            return renewed, entries
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        async with self.transaction() as tx:
+            await tx.mark_inbox(agent_id, after=after, through=through, now=now, marks=marks)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """Transactions here never overlap (``serial``): the mesh's own transaction is as short."""
         return None
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        async with self.transaction() as tx:
+            agent = await tx.get_agent(agent_id)
+            if agent is not None:
+                await tx.replace_agent(replace(agent, followed_until=until))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_MemoryTx]:

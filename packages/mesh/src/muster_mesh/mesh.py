@@ -2,9 +2,13 @@
 
 Hot paths are counted in store calls (one SQL statement each, once the store's caches are warm), each in one
 transaction: a check-in renewal is 1, an inbox read 1 where the store renews and reads in one step (2 otherwise; none
-when a long-poll is handed its message by the wake-up; a long-poll reads once when its reader polled before),
-an ack 2, a direct send 1 where the store renews the sender and delivers in one step (4 otherwise: renew the sender,
-take the recipient's sequence, store the message and its entry).
+when a long-poll is handed its message by the wake-up; a long-poll reads once when its reader polled before), an ack
+3 (2 when the cursor stays), a direct send 1 where the store renews the sender and delivers in one step (4 otherwise:
+renew the sender, take the recipient's sequence, store the message and its entry).
+
+Receipts ride on these: a send writes none (an entry is stored when its message is), a read records its page as read
+in the same step, an ack its entries as acknowledged; only a long-poll that waited and a follower (SSE, the MCP
+follower) spend one more step, to record theirs as woken.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from muster_mesh.errors import (
     InvalidCursor,
     InvalidToken,
     LeaseExpired,
+    MessageNotFound,
     MessageTooLarge,
     NotTheHolder,
     RateLimited,
@@ -60,6 +65,8 @@ from muster_mesh.models import (
     CheckoutResult,
     InboxMessage,
     InboxPage,
+    MessageReceipts,
+    Receipt,
     SendPreview,
     SendRequest,
     SendResult,
@@ -67,6 +74,9 @@ from muster_mesh.models import (
 from muster_mesh.notify import LocalNotifier
 from muster_mesh.ratelimit import TokenBuckets
 from muster_mesh.records import (
+    ACKED,
+    READ,
+    WOKEN,
     AgentChanges,
     AgentFilter,
     AgentRecord,
@@ -90,6 +100,12 @@ T = TypeVar("T")
 SUPERSEDED_SCOPE = "superseded"
 # Marks a remembered check-in that answered a token (never stored itself).
 TOKEN_GIVEN = "token_given"
+
+# The receipts each kind of read records (see ``Mesh.read_inbox``) and an ack.
+_READ = frozenset({READ})
+_WOKEN_AND_READ = frozenset({WOKEN, READ})
+_FOLLOWED = frozenset({WOKEN})
+_ACKED = frozenset({ACKED})
 
 # How many readers' token → agent_id entries to keep; past it the map starts over.
 MAX_KNOWN_TOKENS = 50_000
@@ -562,12 +578,15 @@ class Mesh:
     ) -> tuple[SendResult, dict[str, InboxEntry]] | None:
         """The common direct send where the store renews the sender and delivers in one step; None when it cannot
         (the transaction then says why, or does it in several)."""
-        entry = await self.store.renew_and_deliver(
+        delivered = await self.store.renew_and_deliver(
             hashed, to, now, message_id=uuid.uuid4().hex, body=request.body, thread_id=request.thread_id
         )
-        if entry is None:
+        if delivered is None:
             return None
-        result = SendResult(message_id=entry.message.message_id, recipients=[to], stored=1)
+        entry, followed = delivered
+        result = SendResult(
+            message_id=entry.message.message_id, recipients=[to], stored=1, followed=[to] if followed else []
+        )
         return result, {to: entry}
 
     async def _sender(self, ctx: SendContext) -> AgentRecord:
@@ -605,7 +624,10 @@ class Mesh:
                 seqs = await ctx.tx.deliver(message, to, ctx.now)
         assert found is not None and found.agent_id == sender_id
         await self._bumped(ctx, to, seqs)
-        result = SendResult(message_id=message.message_id, recipients=sorted(seqs), stored=len(seqs))
+        followed = await ctx.tx.followed([to], ctx.now)
+        result = SendResult(
+            message_id=message.message_id, recipients=sorted(seqs), stored=len(seqs), followed=sorted(followed)
+        )
         return result, {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
 
     async def _send_direct(
@@ -673,7 +695,8 @@ class Mesh:
             )
             await tx.add_message(message, seqs)
             entries = {agent_id: InboxEntry(seq=seq, message=message) for agent_id, seq in seqs.items()}
-        result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs))
+        followed = await tx.followed(list(seqs), now) if seqs else set()
+        result = SendResult(message_id=message_id, recipients=sorted(seqs), stored=len(seqs), followed=sorted(followed))
         await self._remember(
             tx,
             f"agent:{sender.agent_id}",
@@ -691,15 +714,26 @@ class Mesh:
         if target is None:
             raise RecipientNotFound(agent_id)
         if not target.live_at(now):
-            raise RecipientExpired(target.agent_id, target.expires_at)
+            raise RecipientExpired(target.agent_id, target.expires_at, target.last_seen_at)
 
     # ------------------------------------------------------------------ inbox
 
     async def read_inbox(
-        self, *, token: str | None, after: int | None = None, limit: int | None = None, wait_seconds: float = 0
+        self,
+        *,
+        token: str | None,
+        after: int | None = None,
+        limit: int | None = None,
+        wait_seconds: float = 0,
+        follow: bool = False,
     ) -> InboxPage:
         """Messages after ``after`` (default: the acknowledged cursor). With ``wait_seconds``, a long-poll: answers as
-        soon as a message is stored, or empty at the deadline. Reading never moves the stored cursor."""
+        soon as a message is stored, or empty at the deadline. Reading never moves the stored cursor.
+
+        Receipts: what a read returns is recorded as read, and as woken too when a long-poll was waiting for it
+        (subscribed to its inbox: every long-poll but one whose first read found messages).
+        ``follow`` is for a reader that follows the inbox on the agent's behalf (an SSE stream, the follower of
+        ``muster mcp``): what it is handed is recorded as woken only, since the agent has not read it yet."""
         limit = min(max(limit or self.limits.default_page, 1), self.limits.max_page)
         wait_seconds = min(max(wait_seconds, 0.0), self.limits.max_wait_seconds)
         deadline = anyio.current_time() + wait_seconds
@@ -707,22 +741,35 @@ class Mesh:
         # A reader that polled before is subscribed before its one read; otherwise the read says whose inbox it is.
         agent_id = self._agent_ids.get(hashed) if wait_seconds > 0 else None
         if agent_id is None:
-            agent, page = await self._read(hashed, after, limit)
+            agent, page = await self._read(hashed, after, limit, read=not follow)
             if page.messages or wait_seconds == 0:
-                return page
+                return await self._received(agent.agent_id, page, follow=follow, waited=False)
             agent_id = agent.agent_id
         # Subscribed before the read that decides to wait, so a message committed after that read still wakes us.
         async with self.notifier.subscribe(agent_id) as subscription:
-            _, page = await self._read(hashed, after, limit)
+            # From here on the reader is a live follower of its inbox: what it is handed is woken as well as read,
+            # and a sender is told that it follows.
+            await self.store.follow(agent_id, self._now() + timedelta(seconds=deadline - anyio.current_time()))
+            _, page = await self._read(hashed, after, limit, read=not follow)
             while True:
                 remaining = deadline - anyio.current_time()
                 if page.messages or remaining <= 0:
-                    return page
+                    break
                 with anyio.move_on_after(remaining):
                     await subscription.wait()
                 handed = self._handed(subscription.take(), page.next_cursor, limit)
                 # The lease was renewed when this call began; a page handed over with the wake-up needs no read.
-                page = handed if handed is not None else (await self._read(hashed, after, limit))[1]
+                page = handed if handed is not None else (await self._read(hashed, after, limit, read=False))[1]
+        return await self._received(agent_id, page, follow=follow, waited=True)
+
+    async def _received(self, agent_id: str, page: InboxPage, *, follow: bool, waited: bool) -> InboxPage:
+        """Record the receipts the read did not (a plain read records its page as read in the read itself): a
+        follower's page as woken, a waiting reader's as woken and read. One step, only when the page holds any."""
+        if page.messages and (follow or waited):
+            marks = _FOLLOWED if follow else _WOKEN_AND_READ
+            first, last = page.messages[0].seq, page.messages[-1].seq
+            await self.store.mark_inbox(agent_id, after=first - 1, through=last, now=self._now(), marks=marks)
+        return page
 
     @staticmethod
     def _handed(entries: list[InboxEntry], cursor: int, limit: int) -> InboxPage | None:
@@ -738,25 +785,27 @@ class Mesh:
         beyond = any(e.seq > shown[-1].seq for e in entries)
         return InboxPage(messages=[_message(e) for e in shown], next_cursor=shown[-1].seq, has_more=beyond)
 
-    async def _read(self, hashed: str, after: int | None, limit: int) -> tuple[AgentRecord, InboxPage]:
+    async def _read(self, hashed: str, after: int | None, limit: int, *, read: bool) -> tuple[AgentRecord, InboxPage]:
+        """A page of the inbox; ``read``: its messages are recorded as read (a receipt) by the read itself."""
         now = self._now()
+        shown = limit if read else 0
         # One step where the store can (the common read); the transaction otherwise, which also says why a read is
         # refused.
-        read = await self.store.renew_and_read(hashed, now, after=after, limit=limit + 1)
-        if read is None:
-            read = await self._read_in_transaction(hashed, after, limit + 1, now)
-        agent, entries = read
+        found = await self.store.renew_and_read(hashed, now, after=after, limit=limit + 1, shown=shown)
+        if found is None:
+            found = await self._read_in_transaction(hashed, after, limit + 1, now, shown)
+        agent, entries = found
         self._remember_agent(hashed, agent.agent_id)
         start = agent.read_cursor if after is None else max(after, agent.floor_seq)
-        shown = entries[:limit]
+        page = entries[:limit]
         return agent, InboxPage(
-            messages=[_message(e) for e in shown],
-            next_cursor=shown[-1].seq if shown else start,
+            messages=[_message(e) for e in page],
+            next_cursor=page[-1].seq if page else start,
             has_more=len(entries) > limit,
         )
 
     async def _read_in_transaction(
-        self, hashed: str, after: int | None, limit: int, now: datetime
+        self, hashed: str, after: int | None, limit: int, now: datetime, shown: int
     ) -> tuple[AgentRecord, list[InboxEntry]]:
         async with self.store.transaction() as tx:
             agent = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
@@ -765,7 +814,11 @@ class Mesh:
                 # silently skip every message up to it.
                 raise InvalidCursor(after, agent.last_seq, field="after")
             start = agent.read_cursor if after is None else max(after, agent.floor_seq)
-            return agent, await tx.read_inbox(agent.agent_id, after=start, limit=limit)
+            entries = await tx.read_inbox(agent.agent_id, after=start, limit=limit)
+            if shown and entries:
+                through = entries[: min(shown, len(entries))][-1].seq
+                await tx.mark_inbox(agent.agent_id, after=start, through=through, now=now, marks=_READ)
+            return agent, entries
 
     def _remember_agent(self, hashed: str, agent_id: str) -> None:
         if hashed in self._agent_ids:
@@ -812,9 +865,43 @@ class Mesh:
                 return AckPreview(cursor=cursor)
             if cursor != agent.read_cursor:
                 await tx.set_cursor(agent.agent_id, cursor)
+                await tx.mark_inbox(agent.agent_id, after=agent.read_cursor, through=cursor, now=now, marks=_ACKED)
             result = AckResult(cursor=cursor, unread=agent.last_seq - cursor)
             await self._remember(tx, scope, key, "ack", fingerprint, result.model_dump(mode="json"), now)
             return result
+
+    # ------------------------------------------------------------------ receipts
+
+    async def receipts(self, message_id: str, *, token: str | None) -> MessageReceipts:
+        """What became of a message in each inbox that stored it: for its sender, every recipient's receipt; for a
+        recipient, its own. Anyone else is told there is no such message (never that it exists)."""
+        now = self._now()
+        async with self.store.transaction() as tx:
+            caller = await self._caller(tx, token, now, renew=True)
+            found = await tx.message_receipts(message_id)
+        if found is None:
+            raise MessageNotFound(message_id)
+        message, rows = found
+        if message.sender != caller.agent_id:
+            rows = [r for r in rows if r.recipient == caller.agent_id]
+            if not rows:
+                raise MessageNotFound(message_id)
+        return MessageReceipts(
+            message_id=message.message_id,
+            sender=message.sender,
+            thread_id=message.thread_id,
+            sent_at=message.sent_at,
+            receipts=[
+                Receipt(
+                    agent_id=r.recipient,
+                    stored_at=message.sent_at,
+                    woken_at=r.woken_at,
+                    read_at=r.read_at,
+                    acknowledged_at=r.acked_at,
+                )
+                for r in rows
+            ],
+        )
 
     # ------------------------------------------------------------------ check-out
 

@@ -42,6 +42,8 @@ IdempotencyKey = Annotated[
 ThreadId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[\x21-\x7e]+$")]
 Status = Annotated[str, StringConstraints(max_length=MAX_STATUS_CHARS, pattern=rf"^[^{CONTROLS}]*$")]
 NO_NUL = r"^[^\x00]+$"
+# A message id as the mesh makes them (a UUID4's hex).
+MESSAGE_ID_PATTERN = r"^[0-9a-f]{32}$"
 
 
 def refuse_nul(value: str) -> str:
@@ -176,6 +178,12 @@ class SendResult(Strict):
     message_id: str | None = Field(description="None when no live agent matched: nothing was stored.")
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
+    followed: list[str] = Field(
+        default_factory=list,
+        description="The recipients whose inbox a reader was following as it was sent (a waiting long-poll, an SSE "
+        "stream, the follower of `muster mcp` that wakes a Herdr pane): they are handed it now. The other recipients "
+        "find it at their next inbox read.",
+    )
     replayed: bool = Field(default=False, exclude=True)
 
 
@@ -188,6 +196,31 @@ class InboxMessage(Strict):
     body: str
     thread_id: str | None
     sent_at: datetime
+
+
+class Receipt(Strict):
+    """What became of a message in one recipient's inbox; each time is the first time it happened."""
+
+    agent_id: str
+    stored_at: datetime = Field(description="When the inbox stored it (the message's `sent_at`).")
+    woken_at: datetime | None = Field(
+        description="When a live follower was handed it: a long-poll that was waiting, an SSE stream, or the inbox "
+        "follower of `muster mcp` (which wakes the agent's Herdr pane). Null: nobody was following the inbox."
+    )
+    read_at: datetime | None = Field(description="When an inbox read returned it to the agent.")
+    acknowledged_at: datetime | None = Field(description="When the agent's `ack` moved its cursor past it.")
+
+
+class MessageReceipts(Strict):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    message_id: str
+    sender: str = Field(alias="from")
+    thread_id: str | None
+    sent_at: datetime
+    receipts: list[Receipt] = Field(
+        description="One per recipient: every recipient for the sender, the caller's own for a recipient."
+    )
 
 
 class InboxPage(Strict):

@@ -13,6 +13,7 @@ class AgentRecord:
 
     ``last_seq`` is the highest sequence ever given to this inbox; ``read_cursor`` the acknowledged one;
     ``floor_seq`` the sequence at the session's start (earlier messages belong to a previous session).
+    ``followed_until`` the end of the wait of the last reader that waited on the inbox (a long-poll, an SSE stream).
     """
 
     agent_id: str
@@ -28,6 +29,11 @@ class AgentRecord:
     last_seq: int = 0
     read_cursor: int = 0
     floor_seq: int = 0
+    followed_until: datetime | None = None
+
+    def followed_at(self, now: datetime) -> bool:
+        """A reader follows the inbox at ``now``: a long-poll or a stream is waiting on it (``Mesh.read_inbox``)."""
+        return self.followed_until is not None and self.followed_until > now
 
     def live_at(self, now: datetime) -> bool:
         return self.expires_at > now
@@ -46,6 +52,25 @@ class MessageRecord:
 class InboxEntry:
     seq: int
     message: MessageRecord
+
+
+# What an inbox records of its entries, each the first time it happens: handed to a live follower (a long-poll that
+# waited, an SSE stream, an MCP follower), returned by an inbox read, acknowledged (the cursor moved past it).
+WOKEN = "woken"
+READ = "read"
+ACKED = "acked"
+Marks = frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRecord:
+    """One recipient's entry of a message: stored when the message was (its ``sent_at``), then each first time."""
+
+    recipient: str
+    seq: int
+    woken_at: datetime | None = None
+    read_at: datetime | None = None
+    acked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

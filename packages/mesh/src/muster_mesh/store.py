@@ -20,7 +20,9 @@ from muster_mesh.records import (
     AgentRecord,
     IdempotencyRecord,
     InboxEntry,
+    Marks,
     MessageRecord,
+    ReceiptRecord,
     SweepPolicy,
     SweepReport,
 )
@@ -92,6 +94,16 @@ class MeshTx(Protocol):
     async def read_inbox(self, agent_id: str, *, after: int, limit: int) -> list[InboxEntry]:
         """Up to ``limit`` entries with sequence > ``after``, in sequence order."""
 
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        """Receipts: on the entries of this inbox with ``after < seq <= through``, set each of ``marks`` (``WOKEN``,
+        ``READ``, ``ACKED``) to ``now`` where it is not set yet (the first time counts)."""
+
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        """Those of these agents whose inbox a reader follows at ``now`` (``AgentRecord.followed_at``)."""
+
+    async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
+        """The message and its inbox entries' receipts (in recipient order); None when no such message is kept."""
+
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None: ...
 
     async def put_idempotency(self, record: IdempotencyRecord) -> bool:
@@ -116,22 +128,29 @@ class MeshStore(Protocol):
         """A transaction: committed when the block exits normally, rolled back when it raises."""
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         """An inbox read as one atomic step: renew the lease of the live agent holding this token (as
         ``MeshTx.renew``) and read up to ``limit`` entries of its inbox after ``after`` (None: after its
-        ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its ``last_seq``.
-        Returns the renewed agent and the entries. None, and no change, when any of that does not hold or the store
-        cannot do it in one step: the caller then takes a transaction, which refuses as it must."""
+        ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its ``last_seq``,
+        recording the first ``shown`` of them as read at ``now`` (as ``MeshTx.mark_inbox``). Returns the renewed
+        agent and the entries. None, and no change, when any of that does not hold or the store cannot do it in one
+        step: the caller then takes a transaction, which refuses as it must."""
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        """``MeshTx.mark_inbox`` in one step of its own (for a follower's or a woken reader's receipts)."""
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """A direct send as one atomic step: renew the lease of the live agent holding this token (as
         ``MeshTx.renew``) and deliver a message from it, sent at ``now``, to the live agent ``to`` (as
-        ``MeshTx.deliver``), with its wake-up. Returns the entry stored. None, and no change, when any of that does
-        not hold or the store cannot do it in one step: the caller then takes a transaction, which refuses as it
-        must."""
+        ``MeshTx.deliver``), with its wake-up. Returns the entry stored and whether a reader follows ``to``'s inbox
+        at ``now``. None, and no change, when any of that does not hold or the store cannot do it in one step: the
+        caller then takes a transaction, which refuses as it must."""
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        """A reader waits on this agent's inbox until ``until``: set its ``followed_until`` (one step of its own)."""
 
     def standalone(self) -> AbstractAsyncContextManager[MeshTx]:
         """Statements that each stand alone: where the database allows, each is its own transaction (no BEGIN and

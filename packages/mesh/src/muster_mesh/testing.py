@@ -24,6 +24,7 @@ from muster_mesh.errors import (
     InvalidToken,
     LeaseExpired,
     MeshError,
+    MessageNotFound,
     MessageTooLarge,
     NotTheHolder,
     RateLimited,
@@ -44,6 +45,8 @@ from muster_mesh.models import (
     CheckinRequest,
     CheckoutPreview,
     CheckoutRequest,
+    InboxPage,
+    MessageReceipts,
     SendPreview,
     SendRequest,
     SendResult,
@@ -357,9 +360,14 @@ async def sending_to_missing_or_expired_is_refused_and_stores_nothing(make: Mesh
         await join(mesh, "gone", ttl_seconds=60)
         await raises(RecipientNotFound, send(mesh, alice, to="nobody"))
         await raises(RecipientNotFound, mesh.send(SendRequest(to="nobody", body="x"), token=alice))
+        seen = clock()
         clock.advance(61)
         err = await raises(RecipientExpired, send(mesh, alice, to="gone"))
         assert err.problem_extra["agent_id"] == "gone"
+        # The refusal says when it was last seen, when its lease ended, and that no wake reaches it.
+        assert err.problem_extra["last_seen_at"] == seen.isoformat()
+        assert err.problem_extra["lease_ended_at"] == (seen + timedelta(seconds=60)).isoformat()
+        assert err.problem_extra["wake_possible"] is False and "No wake can reach it" in str(err)
         await raises(RecipientExpired, mesh.send(SendRequest(to="gone", body="x"), token=alice))
         fresh = await join(mesh, "gone")
         assert (await mesh.read_inbox(token=fresh, after=0)).messages == []
@@ -651,6 +659,84 @@ async def concurrent_sends_get_unique_contiguous_sequences(make: MeshFactory) ->
         page = await mesh.read_inbox(token=inbox_token, limit=100)
         assert [m.seq for m in page.messages] == list(range(1, 21))
         assert len({m.message_id for m in page.messages}) == 20
+
+
+# ---------------------------------------------------------------------------------------------------- receipts
+
+
+def _times(receipts: MessageReceipts) -> dict[str, tuple[Any, ...]]:
+    return {r.agent_id: (r.stored_at, r.woken_at, r.read_at, r.acknowledged_at) for r in receipts.receipts}
+
+
+@check
+async def receipts_record_each_first_read_and_ack(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice")
+        bob = await join(mesh, "bob", role="rev")
+        carol = await join(mesh, "carol", role="rev")
+        dave = await join(mesh, "dave")
+        t0 = clock()
+        direct = await sent(mesh, alice, "to bob", to="bob")
+        fanned = await sent(mesh, alice, "to reviewers", role="rev")
+        assert direct.message_id is not None and fanned.message_id is not None
+        shown = await mesh.receipts(direct.message_id, token=alice)
+        assert (shown.sender, shown.sent_at) == ("alice", t0)
+        assert _times(shown) == {"bob": (t0, None, None, None)}, "stored only, until something else happens"
+        clock.advance(5)
+        t1 = clock()
+        assert [m.seq for m in (await mesh.read_inbox(token=bob, limit=1)).messages] == [1]
+        clock.advance(5)
+        await mesh.read_inbox(token=bob)
+        assert _times(await mesh.receipts(direct.message_id, token=alice)) == {"bob": (t0, None, t1, None)}
+        t2 = clock()
+        await acked(mesh, bob, 1)
+        clock.advance(5)
+        await acked(mesh, bob, 2)
+        assert _times(await mesh.receipts(direct.message_id, token=bob)) == {"bob": (t0, None, t1, t2)}
+        everyone = _times(await mesh.receipts(fanned.message_id, token=alice))
+        assert everyone == {"bob": (t0, None, t2, clock()), "carol": (t0, None, None, None)}
+        own = await mesh.receipts(fanned.message_id, token=carol)
+        assert _times(own) == {"carol": (t0, None, None, None)}, "a recipient sees its own receipt only"
+        # To anyone else the message does not exist: the same refusal as for an id never used.
+        other = await raises(MessageNotFound, mesh.receipts(direct.message_id, token=dave))
+        never = await raises(MessageNotFound, mesh.receipts("0" * 32, token=dave))
+        assert other.problem_extra["code"] == never.problem_extra["code"] == "message_not_found"
+        await raises(TokenRequired, mesh.receipts(direct.message_id, token=None))
+
+
+@check
+async def receipts_tell_a_waiting_reader_and_a_follower_from_a_read(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice")
+        bob = await join(mesh, "bob")
+        pages: list[InboxPage] = []
+
+        async def poll() -> None:
+            pages.append(await mesh.read_inbox(token=bob, wait_seconds=30))
+
+        assert (await sent(mesh, alice, "before", to="bob")).followed == [], "nobody follows bob's inbox yet"
+        await acked(mesh, bob, 1)
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll)
+                await _until_waiting(mesh)
+                first = await sent(mesh, alice, "while waiting", to="bob")
+        assert [m.body for m in pages[0].messages] == ["while waiting"] and first.message_id is not None
+        assert first.followed == ["bob"], "the sender is told a reader follows bob's inbox"
+        t0 = clock()
+        assert _times(await mesh.receipts(first.message_id, token=alice)) == {"bob": (t0, t0, t0, None)}
+        clock.advance(31)
+        second = await sent(mesh, alice, "followed", to="bob")
+        assert second.message_id is not None and second.followed == [], "the long-poll's wait is over"
+        clock.advance(5)
+        followed = await mesh.read_inbox(token=bob, after=2, follow=True)
+        assert [m.body for m in followed.messages] == ["followed"]
+        # A follower (an SSE stream, the MCP follower) was handed it: woken, not read by the agent yet.
+        t1 = clock() - timedelta(seconds=5)
+        assert (await mesh.list_agents()).agents[0].agent_id == "alice"
+        assert _times(await mesh.receipts(second.message_id, token=alice)) == {"bob": (t1, clock(), None, None)}
 
 
 # ---------------------------------------------------------------------------------------------------- hygiene

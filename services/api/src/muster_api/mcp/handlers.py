@@ -124,7 +124,14 @@ async def agent_send(session: AgentSession, arguments: dict[str, Any]) -> str:
         return f"Preview, nothing stored: the message would go to {who}. Call agent_send again with confirm: true."
     if answer.stored == 0:
         return "Nothing stored: no live agent matches that address (see agents_list)."
-    return f"Stored in {answer.stored} inbox(es): {', '.join(answer.recipients)} (stored, not yet read)."
+    return "\n".join(
+        [
+            f"Stored in {answer.stored} inbox(es): {', '.join(answer.recipients)} (stored, not yet read).",
+            *words.followed_lines(answer.recipients, answer.followed),
+            f"Message {answer.message_id}: message_receipts shows when each recipient is woken, reads and "
+            "acknowledges it.",
+        ]
+    )
 
 
 async def agent_inbox(session: AgentSession, arguments: dict[str, Any]) -> str:
@@ -204,6 +211,16 @@ async def mesh_search(session: AgentSession, arguments: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+async def message_receipts(session: AgentSession, arguments: dict[str, Any]) -> str:
+    args = tools.ReceiptsArgs.model_validate(arguments)
+    session.require()
+    found = await session.client.receipts(args.message_id)
+    at = now()
+    age = words.duration((at - found.sent_at).total_seconds())
+    head = f"Message {found.message_id} from {found.sender}, sent {age} ago:"
+    return "\n".join([head, *(words.receipt_line(r, at) for r in found.receipts)])
+
+
 MESH_HANDLERS: dict[str, Handler] = {
     tools.CHECKIN: checkin,
     tools.LIST: agents_list,
@@ -211,6 +228,7 @@ MESH_HANDLERS: dict[str, Handler] = {
     tools.INBOX: agent_inbox,
     tools.CHECKOUT: agent_checkout,
     tools.SEARCH: mesh_search,
+    tools.RECEIPTS: message_receipts,
     tools.DISPATCH_RUN: dispatch_run,
     tools.DISPATCH_STATUS: dispatch_status,
     **claim_handlers.HANDLERS,

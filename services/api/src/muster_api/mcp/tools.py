@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from muster_api.mcp import claim_tools
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
-from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, Label, Repo
+from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, MESSAGE_ID_PATTERN, Label, Repo
 from muster_mesh.search import DEFAULT_SEARCH_PAGE, MAX_QUERY_CHARS, MAX_SEARCH_PAGE
 from muster_mesh.wake import WAKE_TEMPLATE
 
@@ -24,9 +24,10 @@ SEND = "agent_send"
 INBOX = "agent_inbox"
 CHECKOUT = "agent_checkout"
 SEARCH = "mesh_search"
+RECEIPTS = "message_receipts"
 DISPATCH_RUN = "dispatch_run"
 DISPATCH_STATUS = "dispatch_status"
-MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT, SEARCH)
+MESH_TOOLS = (CHECKIN, LIST, SEND, INBOX, CHECKOUT, SEARCH, RECEIPTS)
 OWN_TOOLS = (*MESH_TOOLS, *claim_tools.CLAIM_TOOLS, DISPATCH_RUN, DISPATCH_STATUS)
 
 
@@ -135,6 +136,18 @@ SEARCH_ABOUT = (
     "marking the words found between « and ». Needs a check-in; renews your presence."
 )
 
+RECEIPTS_ABOUT = (
+    "What became of a message you sent (every recipient) or received (yours): for each inbox, when it was stored, "
+    "woken (a live reader or the recipient's auto-wake was handed it), read (an agent_inbox returned it) and "
+    "acknowledged, or not yet. message_id is the id agent_send answered. Needs a check-in; renews your presence."
+)
+RECEIPTS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"message_id": {"type": "string", "pattern": MESSAGE_ID_PATTERN, "description": "The message."}},
+    "required": ["message_id"],
+    "additionalProperties": False,
+}
+
 CONFIRM = {"type": "boolean", "description": "Must be true to act; otherwise the answer is a preview."}
 LIST_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -234,6 +247,7 @@ MESH_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     INBOX: (INBOX_ABOUT, INBOX_SCHEMA),
     CHECKOUT: (CHECKOUT_ABOUT, CHECKOUT_SCHEMA),
     SEARCH: (SEARCH_ABOUT, SEARCH_SCHEMA),
+    RECEIPTS: (RECEIPTS_ABOUT, RECEIPTS_SCHEMA),
 }
 OWN_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
     **MESH_SCHEMAS,
@@ -285,6 +299,10 @@ class CheckoutArgs(Arguments):
 class SearchArgs(Arguments):
     q: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
     limit: int = Field(default=DEFAULT_SEARCH_PAGE, ge=1, le=MAX_SEARCH_PAGE)
+
+
+class ReceiptsArgs(Arguments):
+    message_id: str = Field(pattern=MESSAGE_ID_PATTERN)
 
 
 class A2AArgs(Arguments):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from muster_client import AgentView, InboxMessage, SearchHit
+from muster_client import AgentView, InboxMessage, Receipt, SearchHit
 
 
 def quoted(text: str) -> str:
@@ -59,6 +59,30 @@ def hit_line(hit: SearchHit, now: datetime) -> str:
     thread = f", thread {quoted(hit.thread_id)}" if hit.thread_id else ""
     age = duration((now - hit.sent_at).total_seconds())
     return f"- {hit.message_id} from {hit.sender}{thread}, {age} ago: {quoted(hit.snippet)}"
+
+
+def followed_lines(recipients: list[str], followed: list[str]) -> list[str]:
+    """Who is handed the message now, and who finds it only at its next inbox read."""
+    now = [r for r in recipients if r in followed]
+    later = [r for r in recipients if r not in followed]
+    lines = []
+    if now:
+        lines.append(f"Followed right now (a live reader or its auto-wake is handed it): {', '.join(now)}.")
+    if later:
+        lines.append(f"Nobody follows the inbox of {', '.join(later)}: it finds the message at its next inbox read.")
+    return lines
+
+
+def receipt_line(receipt: Receipt, now: datetime) -> str:
+    """One recipient's receipt: each step with how long ago it happened, or "not yet"."""
+    steps = (
+        ("stored", receipt.stored_at),
+        ("woken", receipt.woken_at),
+        ("read", receipt.read_at),
+        ("acknowledged", receipt.acknowledged_at),
+    )
+    said = [f"{name} {duration((now - at).total_seconds())} ago" if at else f"not {name} yet" for name, at in steps]
+    return f"- {receipt.agent_id}: " + ", ".join(said)
 
 
 def record_summary(agent: AgentView, now: datetime) -> str:

@@ -14,6 +14,7 @@ from muster_mesh import (
     InvalidRequest,
     MeshAuthError,
     MeshError,
+    MessageNotFound,
     MessageTooLarge,
     RateLimited,
     RecipientExpired,
@@ -27,6 +28,7 @@ STATUS: dict[type[Exception], int] = {
     MeshAuthError: 401,  # TokenRequired (and IdentityConflict), InvalidToken (and Superseded), LeaseExpired
     Forbidden: 403,  # NotTheHolder
     AgentNotFound: 404,  # and RecipientNotFound
+    MessageNotFound: 404,
     RecipientExpired: 409,
     IdempotencyConflict: 409,
     TokenGivenOnce: 409,

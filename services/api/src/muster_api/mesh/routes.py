@@ -43,6 +43,7 @@ from muster_mesh import (
     InvalidRequest,
     InvalidToken,
     MeshError,
+    MessageReceipts,
     SendPreview,
     SendRequest,
     SendResult,
@@ -53,6 +54,7 @@ from muster_mesh.models import (
     MAX_PAGE,
     MAX_SEQ,
     MAX_WAIT_SECONDS,
+    MESSAGE_ID_PATTERN,
     AgentId,
     Cursor,
     Label,
@@ -220,12 +222,33 @@ async def get_agent(agent_id: Annotated[AgentId, Path()], call: Annotated[Call, 
 )
 async def send(body: SendRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
     """Exactly one of `to`, `role`, `repo`, `cap`. `stored` counts the inboxes that hold the message once this
-    answers (stored, not delivered)."""
+    answers (stored, not delivered); `followed` names the recipients a reader was following (handed it now), the
+    others find it at their next read. A direct send to an agent whose lease ended is refused (409, nothing stored)
+    with when it was last seen (`last_seen_at`), when its lease ended (`lease_ended_at`) and `wake_possible`."""
     if call.key is not None:
         if body.idempotency_key is not None and body.idempotency_key != call.key:
             raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")
         body = body.model_copy(update={"idempotency_key": call.key})
     return answer(await call.mesh.send(body, token=call.token))
+
+
+MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN, description="`message_id` of a send's answer.")]
+
+
+@router.get(
+    "/messages/{message_id}",
+    openapi_extra=READ_DOC,
+    summary="Delivery receipts: what became of a message in each inbox (stored, woken, read, acknowledged)",
+    response_model=MessageReceipts,
+    responses={
+        **AUTH_ERRORS,
+        404: {"description": "no message with this id that the caller sent or received", **PROBLEM},
+    },
+)
+async def message_receipts(message_id: MessageId, call: Annotated[Call, Depends(Caller())]) -> Response:
+    """The sender sees every recipient's receipt, a recipient its own; to anyone else the message does not exist.
+    Receipts are kept as long as their inbox entries (until the sweeper removes read entries past retention)."""
+    return answer(await call.mesh.receipts(message_id, token=call.token))
 
 
 @router.get(
@@ -303,7 +326,8 @@ async def _first_page(
     # Read once before the stream starts, so a bad token is a 401 problem rather than a broken stream.
     last_event_id = _last_event_id(request)
     start = last_event_id if last_event_id is not None else after
-    return call.mesh, call.token, await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE)
+    page = await call.mesh.read_inbox(token=call.token, after=start, limit=MAX_PAGE, follow=True)
+    return call.mesh, call.token, page
 
 
 @router.get(
@@ -324,7 +348,11 @@ async def stream_inbox(
             )
         try:
             page = await mesh.read_inbox(
-                token=token, after=page.next_cursor, limit=MAX_PAGE, wait_seconds=mesh.limits.max_wait_seconds
+                token=token,
+                after=page.next_cursor,
+                limit=MAX_PAGE,
+                wait_seconds=mesh.limits.max_wait_seconds,
+                follow=True,
             )
         except MeshError as exc:
             yield ServerSentEvent(event="error", data={"code": exc.problem_extra["code"], "detail": str(exc)})

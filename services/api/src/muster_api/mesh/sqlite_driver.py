@@ -5,7 +5,7 @@ driver's thread."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -43,8 +43,10 @@ class DriverStatement:
     """A statement compiled once for the driver, with the names of the columns it returns and the parameters
     SQLAlchemy adds itself (the OFFSET beside a bound LIMIT)."""
 
-    def __init__(self, stmt: UpdateBase | Select[Any]) -> None:
-        compiled = stmt.compile(dialect=NAMED)
+    def __init__(self, stmt: UpdateBase | Select[Any], columns: Sequence[str] | None = None) -> None:
+        # ``columns``: an INSERT's columns given (the others keep their defaults), as SQLAlchemy compiles it for the
+        # keys of its parameters.
+        compiled = stmt.compile(dialect=NAMED, column_keys=columns)
         self.sql = str(compiled)
         self.names = tuple(c.name for c in stmt.exported_columns)
         self._added = {name: value for name, value in compiled.params.items() if value is not None}

@@ -13,16 +13,26 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from muster_api.mesh.sqlite_driver import DriverStatement
-from muster_api.mesh.store import BUMP_ONE, INSERT_INBOX, INSERT_MESSAGE, READ_INBOX, RENEW_BY_TOKEN
+from muster_api.mesh.store import (
+    BUMP_ONE,
+    INBOX_ENTRY,
+    INSERT_INBOX,
+    INSERT_MESSAGE,
+    READ_INBOX,
+    RENEW_BY_TOKEN,
+    mark_statement,
+)
 from muster_api.mesh.tables import agents
+from muster_mesh.records import READ
 
 T = TypeVar("T")
 
 _RENEW = DriverStatement(RENEW_BY_TOKEN)
 _BUMP_ONE = DriverStatement(BUMP_ONE)
 _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
-_INSERT_INBOX = DriverStatement(INSERT_INBOX)
+_INSERT_INBOX = DriverStatement(INSERT_INBOX, INBOX_ENTRY)
 _READ_INBOX = DriverStatement(READ_INBOX)
+_MARK_READ = DriverStatement(mark_statement(frozenset({READ})))
 _AGENT_ID = _RENEW.names.index(agents.c.agent_id.name)
 
 
@@ -42,32 +52,34 @@ def _in_transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection
 
 def renew_and_deliver(
     renew: Mapping[str, Any], to: str, live_at: str, message: Mapping[str, Any]
-) -> Callable[[sqlite3.Connection], tuple[str, int] | None]:
+) -> Callable[[sqlite3.Connection], tuple[str, int, bool] | None]:
     """The sender's renewal (``RENEW_BY_TOKEN``), the live recipient's next sequence, the message and its inbox entry,
     in one transaction. Answers (sender, sequence); None, and nothing written, when the sender's token or TTL or the
-    recipient's lease does not qualify."""
+    recipient's lease does not qualify. The answer also says whether a reader follows the recipient's inbox."""
 
-    def body(conn: sqlite3.Connection) -> tuple[str, int] | None:
+    def body(conn: sqlite3.Connection) -> tuple[str, int, bool] | None:
         renewed = _RENEW.run(conn, renew)
         if not renewed:
             return None
         bumped = _BUMP_ONE.run(conn, {"p_id": to, "p_now": live_at})
         if not bumped:
             return None
-        sender, seq = str(renewed[0][_AGENT_ID]), int(bumped[0][1])
+        sender, seq, until = str(renewed[0][_AGENT_ID]), int(bumped[0][1]), bumped[0][2]
         _INSERT_MESSAGE.run(conn, {**message, "sender": sender})
         _INSERT_INBOX.run(conn, {"recipient": to, "seq": seq, "message_id": message["message_id"]})
-        return sender, seq
+        # Both the stored text of UTCDateTime, which sorts as the times do.
+        return sender, seq, until is not None and until > live_at
 
     return lambda conn: _in_transaction(conn, body)
 
 
 def renew_and_read(
-    renew: Mapping[str, Any], after: int | None, limit: int
+    renew: Mapping[str, Any], after: int | None, limit: int, shown: int
 ) -> Callable[[sqlite3.Connection], tuple[dict[str, Any], list[Any]] | None]:
     """The reader's renewal and up to ``limit`` inbox rows after ``after`` (None: after its read cursor, otherwise
-    after ``max(after, floor_seq)``), in one transaction. Answers the renewed agent row and the entry rows; None, and
-    nothing written, when the token or TTL does not qualify or ``after`` lies beyond the inbox's last sequence."""
+    after ``max(after, floor_seq)``), the first ``shown`` of them recorded as read, in one transaction. Answers the
+    renewed agent row and the entry rows; None, and nothing written, when the token or TTL does not qualify or
+    ``after`` lies beyond the inbox's last sequence."""
 
     def body(conn: sqlite3.Connection) -> tuple[dict[str, Any], list[Any]] | None:
         renewed = _RENEW.run(conn, renew)
@@ -77,9 +89,24 @@ def renew_and_read(
         if after is not None and after > agent["last_seq"]:
             return None
         start = agent["read_cursor"] if after is None else max(after, agent["floor_seq"])
-        return agent, _READ_INBOX.run(conn, {"p_id": agent["agent_id"], "p_after": start, "p_limit": limit})
+        rows = _READ_INBOX.run(conn, {"p_id": agent["agent_id"], "p_after": start, "p_limit": limit})
+        if shown and rows:
+            through = rows[min(shown, len(rows)) - 1][0]
+            marked = {"p_id": agent["agent_id"], "p_after": start, "p_through": through, "p_now": renew["p_now"]}
+            _MARK_READ.run(conn, marked)
+        return agent, rows
 
     return lambda conn: _in_transaction(conn, body)
 
 
-__all__ = ["renew_and_deliver", "renew_and_read"]
+def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
+    """One statement (receipts, a follower's wait) in a transaction of its own."""
+
+    def body(conn: sqlite3.Connection) -> bool:
+        stmt.run(conn, params)
+        return True
+
+    return lambda conn: _in_transaction(conn, body)
+
+
+__all__ = ["one_statement", "renew_and_deliver", "renew_and_read"]

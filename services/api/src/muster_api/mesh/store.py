@@ -33,6 +33,7 @@ from sqlalchemy import (
     cast,
     delete,
     exists,
+    func,
     literal_column,
     select,
     tuple_,
@@ -54,10 +55,12 @@ from muster_mesh import (
     IdempotencyRecord,
     InboxEntry,
     MessageRecord,
+    ReceiptRecord,
     SweepPolicy,
     SweepReport,
 )
 from muster_mesh.directory import ShownRow, shown_row
+from muster_mesh.records import ACKED, READ, WOKEN, Marks
 
 # How many token → ttl hints to keep (see SqlMeshStore); past it the map starts over.
 MAX_HINTS = 50_000
@@ -93,11 +96,17 @@ TOUCH = (
 )
 # ``+ 1`` as a literal: the statement's only parameters are the ones named here.
 _NEXT_SEQ = agents.c.last_seq + literal_column("1", BigInteger)
+FOLLOW = (
+    update(agents).where(agents.c.agent_id == bindparam("p_id")).values(followed_until=_p("p_until", "followed_until"))
+)
+FOLLOWED = select(agents.c.agent_id).where(
+    agents.c.agent_id.in_(bindparam("p_ids", expanding=True)), agents.c.followed_until > _p("p_now", "followed_until")
+)
 BUMP_ONE = (
     update(agents)
     .where(agents.c.agent_id == bindparam("p_id"), agents.c.expires_at > _p("p_now", "expires_at"))
     .values(last_seq=_NEXT_SEQ)
-    .returning(agents.c.agent_id, agents.c.last_seq)
+    .returning(agents.c.agent_id, agents.c.last_seq, agents.c.followed_until)
 )
 BUMP_MANY = (
     update(agents)
@@ -116,6 +125,8 @@ LOCK_AGENTS = (
 )
 INSERT_MESSAGE = messages.insert()
 INSERT_INBOX = inbox.insert()
+# The columns a new inbox entry is given: its receipts start empty.
+INBOX_ENTRY = ("recipient", "seq", "message_id")
 READ_INBOX = (
     select(
         inbox.c.seq, messages.c.message_id, messages.c.sender, messages.c.body, messages.c.thread_id, messages.c.sent_at
@@ -125,13 +136,49 @@ READ_INBOX = (
     .order_by(inbox.c.seq)
     .limit(bindparam("p_limit"))
 )
+# Receipts: each first time kept (COALESCE), over a run of one inbox's sequences.
+_MARKED = {WOKEN: inbox.c.woken_at, READ: inbox.c.read_at, ACKED: inbox.c.acked_at}
+RECEIPTS = (
+    select(
+        messages.c.message_id,
+        messages.c.sender,
+        messages.c.thread_id,
+        messages.c.sent_at,
+        inbox.c.recipient,
+        inbox.c.seq,
+        inbox.c.woken_at,
+        inbox.c.read_at,
+        inbox.c.acked_at,
+    )
+    .select_from(messages.outerjoin(inbox, inbox.c.message_id == messages.c.message_id))
+    .where(messages.c.message_id == bindparam("p_id"))
+    .order_by(inbox.c.recipient, inbox.c.seq)
+)
+
+
+@lru_cache(maxsize=8)
+def mark_statement(marks: Marks) -> Update:
+    """The UPDATE that sets these receipt marks on a run of one inbox's entries, where not set yet."""
+    now = bindparam("p_now", type_=inbox.c.read_at.type)
+    values = {_MARKED[m].name: func.coalesce(_MARKED[m], now) for m in sorted(marks)}
+    return (
+        update(inbox)
+        .where(
+            inbox.c.recipient == bindparam("p_id"),
+            inbox.c.seq > bindparam("p_after"),
+            inbox.c.seq <= bindparam("p_through"),
+        )
+        .values(values)
+    )
+
+
 GET_IDEMPOTENCY = select(idempotency).where(
     idempotency.c.scope == bindparam("p_scope"), idempotency.c.idem_key == bindparam("p_key")
 )
 
 # Columns a directory page reads as the driver hands them over, without SQLAlchemy's per-value result processing
 # (a Python call per value, 400 per page): SQLite's stored text, asyncpg's decoded values; the row mapper takes both.
-_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at")
+_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at", "followed_until")
 
 
 def stored_time(value: datetime | str) -> datetime:
@@ -171,6 +218,7 @@ def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
         last_seq=m["last_seq"],
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
+        followed_until=None if (followed := m.get("followed_until")) is None else stored_time(followed),
     )
 
 
@@ -189,6 +237,7 @@ def agent_values(record: AgentRecord) -> dict[str, Any]:
         "last_seq": record.last_seq,
         "read_cursor": record.read_cursor,
         "floor_seq": record.floor_seq,
+        "followed_until": record.followed_until,
     }
 
 
@@ -513,6 +562,29 @@ class SqlMeshTx(SqlClaims, SqlTasks):
             for m in result.mappings().all()
         ]
 
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": now}
+        await self._conn.execute(mark_statement(marks), params)
+
+    async def followed(self, agent_ids: Sequence[str], now: datetime) -> set[str]:
+        ids = sorted(set(agent_ids))
+        if not ids:
+            return set()
+        return {r.agent_id for r in (await self._conn.execute(FOLLOWED, {"p_ids": ids, "p_now": now})).all()}
+
+    async def message_receipts(self, message_id: str) -> tuple[MessageRecord, list[ReceiptRecord]] | None:
+        rows = (await self._conn.execute(RECEIPTS, {"p_id": message_id})).mappings().all()
+        if not rows:
+            return None
+        first = rows[0]
+        message = MessageRecord(first["message_id"], first["sender"], "", first["thread_id"], first["sent_at"])
+        receipts = [
+            ReceiptRecord(r["recipient"], int(r["seq"]), r["woken_at"], r["read_at"], r["acked_at"])
+            for r in rows
+            if r["recipient"] is not None
+        ]
+        return message, receipts
+
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         row = (await self._conn.execute(GET_IDEMPOTENCY, {"p_scope": scope, "p_key": key})).first()
         if row is None:
@@ -622,14 +694,22 @@ class SqlMeshStore:
             await self.notifier.notify_in_transaction(conn, recipients)
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         """No one-step read in the portable core: the mesh reads in a transaction."""
         return None
 
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        async with self.standalone() as tx:
+            await tx._conn.execute(FOLLOW, {"p_id": agent_id, "p_until": until})
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        async with self.standalone() as tx:
+            await tx.mark_inbox(agent_id, after=after, through=through, now=now, marks=marks)
+
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         """No one-step send in the portable core: the mesh sends in a transaction."""
         return None
 

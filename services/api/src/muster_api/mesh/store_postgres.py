@@ -16,23 +16,26 @@ from functools import lru_cache
 from typing import Any
 
 import anyio
-from sqlalchemy import BigInteger, ColumnElement, Select, String, bindparam, literal_column, text, type_coerce
+from sqlalchemy import BigInteger, ColumnElement, Select, String, Update, bindparam, literal_column, text, type_coerce
 from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.mesh.store import (
+    FOLLOW,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
     agent_from,
+    mark_statement,
     message_values,
     shown_columns,
 )
 from muster_api.mesh.tables import agents, messages
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.directory import ShownRow
+from muster_mesh.records import Marks
 
 # The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
 # muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
@@ -71,7 +74,7 @@ SELECT b.last_seq FROM b
 
 
 @lru_cache(maxsize=64)
-def _driver_select(stmt: Select[Any], dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
+def _driver_select(stmt: Select[Any] | Update, dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
     """A select compiled once for asyncpg: its SQL and the names of its positional parameters, in order."""
     compiled = stmt.compile(dialect=dialect)
     return str(compiled), tuple(compiled.positiontup or ())
@@ -127,25 +130,31 @@ class PostgresMeshTx(SqlMeshTx):
 
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
-# read cursor), $6 the page size. The UPDATE's WHERE holds every condition of a plain read: a row that fails one is
-# left alone and the caller takes the transaction that says why. One row per entry, or one with NULL entry columns.
+# read cursor), $6 the page size, $7 how many of the page to record as read (receipts). The UPDATE's WHERE holds every
+# condition of a plain read: a row that fails one is left alone and the caller takes the transaction that says why.
+# One row per entry, or one with NULL entry columns.
 _RENEW_AND_READ = """
 WITH a AS (
     UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
     WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
       AND ($5::bigint IS NULL OR $5::bigint <= last_seq)
     RETURNING *
+), e AS (
+    SELECT a.*, x.seq, x.message_id, x.sender, x.body, x.thread_id, x.sent_at
+    FROM a LEFT JOIN LATERAL (
+        SELECT i.seq, m.message_id, m.sender, m.body, m.thread_id, m.sent_at
+        FROM mesh_inbox AS i JOIN mesh_messages AS m ON m.message_id = i.message_id
+        WHERE i.recipient = a.agent_id
+          AND i.seq > CASE WHEN $5::bigint IS NULL THEN a.read_cursor ELSE GREATEST($5::bigint, a.floor_seq) END
+        ORDER BY i.seq
+        LIMIT $6
+    ) AS x ON true
+), r AS (
+    UPDATE mesh_inbox SET read_at = COALESCE(mesh_inbox.read_at, $1)
+    FROM (SELECT agent_id, seq FROM e WHERE seq IS NOT NULL ORDER BY seq LIMIT $7) AS s
+    WHERE mesh_inbox.recipient = s.agent_id AND mesh_inbox.seq = s.seq
 )
-SELECT a.*, e.seq, e.message_id, e.sender, e.body, e.thread_id, e.sent_at
-FROM a LEFT JOIN LATERAL (
-    SELECT i.seq, m.message_id, m.sender, m.body, m.thread_id, m.sent_at
-    FROM mesh_inbox AS i JOIN mesh_messages AS m ON m.message_id = i.message_id
-    WHERE i.recipient = a.agent_id
-      AND i.seq > CASE WHEN $5::bigint IS NULL THEN a.read_cursor ELSE GREATEST($5::bigint, a.floor_seq) END
-    ORDER BY i.seq
-    LIMIT $6
-) AS e ON true
-ORDER BY e.seq
+SELECT * FROM e ORDER BY seq
 """
 
 
@@ -171,7 +180,7 @@ WITH l AS MATERIALIZED (
 ), b AS (
     UPDATE mesh_agents SET last_seq = last_seq + 1
     WHERE agent_id = $6 AND (SELECT go FROM ok)
-    RETURNING agent_id, last_seq
+    RETURNING agent_id, last_seq, followed_until
 ), m AS (
     INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
     SELECT $7::text, $1, $8::text, $9::text, $3 FROM b
@@ -181,7 +190,7 @@ WITH l AS MATERIALIZED (
     SELECT b.agent_id, b.last_seq, m.message_id FROM b, m
     RETURNING 1
 )
-SELECT b.last_seq FROM b, s
+SELECT b.last_seq, COALESCE(b.followed_until > $3, false) AS followed FROM b, s
 """
 
 
@@ -194,7 +203,7 @@ class PostgresMeshStore(SqlMeshStore):
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         # The sender from the token's agent_id and TTL seen before (the statement re-checks both); a message to
         # oneself takes the transaction.
         sender, ttl = self.token_ids.get(token_hash), self.ttl_hints.get(token_hash)
@@ -205,10 +214,11 @@ class PostgresMeshStore(SqlMeshStore):
         rows = await self.driver.fetch(_RENEW_AND_DELIVER, *args)
         if not rows:
             return None
-        return InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
+        entry = InboxEntry(seq=rows[0]["last_seq"], message=MessageRecord(message_id, sender, body, thread_id, now))
+        return entry, bool(rows[0]["followed"])
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         # The expiry is computed here from the TTL seen for this token (the WHERE re-checks it): without one, the
         # transaction reads the row first.
@@ -216,7 +226,7 @@ class PostgresMeshStore(SqlMeshStore):
         if ttl is None:
             return None
         rows = await self.driver.fetch(
-            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit
+            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit, shown
         )
         if not rows:
             return None
@@ -235,6 +245,16 @@ class PostgresMeshStore(SqlMeshStore):
             if r["seq"] is not None
         ]
         return agent_from(rows[0]), entries
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        sql, names = _driver_select(FOLLOW, self.engine.dialect)
+        params = {"p_id": agent_id, "p_until": until}
+        await self.driver.fetch(sql, *(params[n] for n in names))
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        sql, names = _driver_select(mark_statement(marks), self.engine.dialect)
+        params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": now}
+        await self.driver.fetch(sql, *(params[n] for n in names))
 
     async def aclose(self) -> None:
         await self.driver.aclose()

@@ -27,12 +27,15 @@ from muster_api.mesh.claims_store import claim_record, live_statement
 from muster_api.mesh.sqlite_driver import NAMED, DriverStatement, bound, on_driver_thread, time_text
 from muster_api.mesh.store import (
     BUMP_ONE,
+    FOLLOW,
+    INBOX_ENTRY,
     INSERT_INBOX,
     INSERT_MESSAGE,
     SqlMeshStore,
     SqlMeshTx,
     TransactionNotifier,
     agent_from,
+    mark_statement,
     message_values,
     shown_columns,
     stored_time,
@@ -40,6 +43,7 @@ from muster_api.mesh.store import (
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
+from muster_mesh.records import Marks
 
 T = TypeVar("T")
 
@@ -81,8 +85,14 @@ _SHOWN = shown_columns(_timestamp)
 
 _driver_statement = lru_cache(maxsize=64)(DriverStatement)
 _BUMP_ONE = DriverStatement(BUMP_ONE)
+_FOLLOW = DriverStatement(FOLLOW)
 _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
-_INSERT_INBOX = DriverStatement(INSERT_INBOX)
+_INSERT_INBOX = DriverStatement(INSERT_INBOX, INBOX_ENTRY)
+
+
+@lru_cache(maxsize=8)
+def _marking(marks: Marks) -> DriverStatement:
+    return DriverStatement(mark_statement(marks))
 
 
 class SqliteMeshTx(SqlMeshTx):
@@ -256,7 +266,7 @@ class SqliteMeshStore(SqlMeshStore):
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
-    ) -> InboxEntry | None:
+    ) -> tuple[InboxEntry, bool] | None:
         renew = self._renewal(token_hash, now)
         # A notifier wakes from inside the sending transaction, which a trip has no room for: the transaction then.
         if renew is None or self.notifier is not None:
@@ -265,16 +275,16 @@ class SqliteMeshStore(SqlMeshStore):
         sent = await self._in_one_trip(sqlite_trips.renew_and_deliver(renew, to, renew["p_now"], message))
         if sent is None:
             return None
-        sender, seq = sent
-        return InboxEntry(seq=seq, message=MessageRecord(message_id, sender, body, thread_id, now))
+        sender, seq, followed = sent
+        return InboxEntry(seq=seq, message=MessageRecord(message_id, sender, body, thread_id, now)), followed
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         renew = self._renewal(token_hash, now)
         if renew is None:
             return None
-        read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit))
+        read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit, shown))
         if read is None:
             return None
         agent, rows = read
@@ -288,6 +298,14 @@ class SqliteMeshStore(SqlMeshStore):
             for seq, message_id, sender, body, thread_id, sent_at in rows
         ]
         return agent_from(agent), entries
+
+    async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
+        params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": time_text(now)}
+        await self._in_one_trip(sqlite_trips.one_statement(_marking(marks), params))
+
+    async def follow(self, agent_id: str, until: datetime) -> None:
+        params = {"p_id": agent_id, "p_until": time_text(until)}
+        await self._in_one_trip(sqlite_trips.one_statement(_FOLLOW, params))
 
     async def aclose(self) -> None:
         async with self._serial:

@@ -27,6 +27,8 @@ agents = Table(
     Column("last_seq", BigInteger, nullable=False),
     Column("read_cursor", BigInteger, nullable=False),
     Column("floor_seq", BigInteger, nullable=False),
+    # Until when a reader waits on the inbox (a long-poll or a stream): a message sent before then wakes it.
+    Column("followed_until", UTCDateTime, nullable=True),
     Index("ix_mesh_agents_roster", "agent_id", "expires_at"),
 )
 
@@ -44,12 +46,16 @@ messages = Table(
     Index("ix_mesh_messages_thread_id", "thread_id"),
 )
 
+# An entry's receipts: NULL until it first happens (a send writes none: the entry is stored when its message is).
 inbox = Table(
     "mesh_inbox",
     metadata,
     Column("recipient", String(64), ForeignKey("mesh_agents.agent_id", ondelete="CASCADE"), primary_key=True),
     Column("seq", BigInteger, primary_key=True),
     Column("message_id", String(32), ForeignKey("mesh_messages.message_id", ondelete="CASCADE"), nullable=False),
+    Column("woken_at", UTCDateTime, nullable=True),
+    Column("read_at", UTCDateTime, nullable=True),
+    Column("acked_at", UTCDateTime, nullable=True),
     Index("ix_mesh_inbox_message_id", "message_id"),
     # What an agent may see (search, threads): its inbox's message ids read from the index alone.
     Index("ix_mesh_inbox_recipient_message", "recipient", "message_id"),
