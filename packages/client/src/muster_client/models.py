@@ -81,6 +81,8 @@ class SendResult(Answer):
     recipients: list[str]
     stored: int = Field(description="How many inboxes hold the message (stored, not delivered).")
     replayed: bool = False
+    # Present for a message to an agent the service wakes on a message: scheduled | steered | none.
+    wake: Literal["scheduled", "steered", "none"] | None = None
 
 
 class InboxMessage(Answer):

@@ -23,6 +23,7 @@ from muster_dispatch.harness import (
     Command,
     CredentialPlan,
     Harness,
+    McpServer,
     credential_source,
 )
 from muster_dispatch.harnesses.claude import claude_harness
@@ -73,6 +74,7 @@ __all__ = [
     "JournalSink",
     "LocalProvider",
     "LoginFile",
+    "McpServer",
     "MemoryConversationStore",
     "Observation",
     "QuotaFault",

@@ -22,7 +22,7 @@ from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.event_stream import EventStream
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
-from muster_dispatch.harness import Command, Harness
+from muster_dispatch.harness import Command, Harness, McpServer
 from muster_dispatch.host_login import CopiedLogin, copy_login, write_back
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import JournalSink
@@ -465,6 +465,9 @@ class Dispatch:
         visible = {**provider.variables, **dotenv, **agent.variables}
         plan = harness.credentials(visible)  # a local provider passes the key variables themselves
         configuration = harness.configuration(visible)
+        if agent.mcp_servers and harness.mcp is not None:
+            servers = [_at_home(server, sandbox.agent_home) for server in agent.mcp_servers]
+            configuration = configuration.merged(harness.mcp(servers))
         provider.configure(sandbox, harness.name, configuration)
         if plan.host_login is not None:  # the user's own login, copied fresh for this turn
             self._login = copy_login(plan.host_login, sandbox.home, provider.host_home)
@@ -507,6 +510,12 @@ class Dispatch:
         finally:
             run.close()
             self._process = None
+
+
+def _at_home(server: McpServer, home: Path) -> McpServer:
+    """The server with its ``~/`` variables as paths under the home the agent sees."""
+    env = {name: str(home / value[2:]) if value.startswith("~/") else value for name, value in server.env.items()}
+    return replace(server, env=env)
 
 
 def _refusal(harness: Harness, input: AgentInput) -> DispatchError | None:

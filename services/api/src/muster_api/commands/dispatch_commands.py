@@ -40,6 +40,7 @@ async def serve_workers(workers: int | None = None) -> None:
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import upgrade
     from muster_api.dispatch.component import running
+    from muster_api.mesh.component import running as mesh_running
     from muster_api.runtime import Runtime
     from muster_api.settings import DispatchSettings
 
@@ -53,7 +54,9 @@ async def serve_workers(workers: int | None = None) -> None:
     try:
         if settings.migrate_on_startup:
             await upgrade(engine)
-        async with running(Runtime(settings=settings, engine=engine), dispatch_settings) as state:
+        runtime = Runtime(settings=settings, engine=engine)
+        # The mesh too: the agents that are its members join it while their runs run here.
+        async with mesh_running(runtime) as mesh, running(runtime, dispatch_settings, mesh.mesh, mesh.tasks) as state:
             log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for received in signals:

@@ -5,6 +5,7 @@ died. ``muster serve`` runs it inside the app's lifespan; ``muster worker`` runs
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -22,7 +23,9 @@ from muster_a2a import AgentConfigError
 from muster_api.configfile import read_config
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
+from muster_api.dispatch.membership import service_url
 from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.sleepers import Sleeper, foresee_wake, serve_sleepers
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.store_postgres import PostgresRunStore
 from muster_api.dispatch.worker import sweep_forever, work_forever
@@ -30,6 +33,8 @@ from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
 from muster_api.settings import DispatchSettings
 from muster_dispatch import local_provider
+from muster_mesh import Mesh
+from muster_mesh.tasks import Tasks
 
 log = logging.getLogger("muster.dispatch")
 
@@ -45,7 +50,13 @@ class DispatchState:
     """What ``app.state.dispatch`` holds, and what every worker of this process shares."""
 
     def __init__(
-        self, runtime: Runtime, settings: DispatchSettings, config: Path, host_home: Path | None = None
+        self,
+        runtime: Runtime,
+        settings: DispatchSettings,
+        config: Path,
+        host_home: Path | None = None,
+        mesh: Mesh | None = None,
+        tasks: Tasks | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
@@ -58,6 +69,13 @@ class DispatchState:
         self.host_home = host_home or runtime.settings.host_home
         self.provider = local_provider(settings.homes, host_home=self.host_home)
         self.agents = DispatchAgents()
+        # The mesh the agents of runs join (``mesh = {…}``), and where their MCP server reaches this service.
+        self.mesh = mesh
+        self.tasks = tasks
+        self.sleepers: dict[str, Sleeper] = {}  # the agents with wake = true, by name (sleepers.py)
+        service = runtime.settings
+        self.mcp_url = service_url(settings.service_url, service.host, service.port)
+        self.mcp_api_key = service.api_keys[0].get_secret_value() if service.api_keys else None
         self._reload_lock = anyio.Lock()
 
     @property
@@ -76,9 +94,14 @@ class DispatchState:
 
 
 @asynccontextmanager
-async def running(runtime: Runtime, settings: DispatchSettings | None = None) -> AsyncIterator[DispatchState]:
-    """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit."""
-    state = DispatchState(runtime, settings or runtime.settings.dispatch, runtime.settings.config)
+async def running(
+    runtime: Runtime, settings: DispatchSettings | None = None, mesh: Mesh | None = None, tasks: Tasks | None = None
+) -> AsyncIterator[DispatchState]:
+    """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit. With
+    ``mesh``, the agents that are members join it while they run."""
+    state = DispatchState(
+        runtime, settings or runtime.settings.dispatch, runtime.settings.config, mesh=mesh, tasks=tasks
+    )
     try:
         await state.reload()
     except AgentConfigError as exc:
@@ -88,6 +111,7 @@ async def running(runtime: Runtime, settings: DispatchSettings | None = None) ->
         for index in range(state.settings.workers):
             group.start_soon(work_forever, state, f"{state.instance}/{index}")
         group.start_soon(sweep_forever, state)
+        group.start_soon(serve_sleepers, state)
         try:
             yield state
         finally:
@@ -96,6 +120,8 @@ async def running(runtime: Runtime, settings: DispatchSettings | None = None) ->
 
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
-    async with running(runtime) as state:
+    mesh, tasks = getattr(app.state, "mesh", None), getattr(app.state, "tasks", None)
+    async with running(runtime, mesh=mesh, tasks=tasks) as state:
         app.state.dispatch = state
+        app.state.wake_probe = functools.partial(foresee_wake, state)
         yield
