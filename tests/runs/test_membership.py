@@ -26,8 +26,10 @@ from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.openai import FakeOpenAI
 from tests.dispatch.fakes.plans import Reply, Script, ToolCall
 from tests.mcp.proxy import Recording, recording_proxy
+from tests.runs.processes import api
 from tests.runs.support import dispatch_env, finished, start, write_config
 from tests.runs.test_cli_runs import claude, codex
+from tests.runs.test_defaults import run_to_end
 from tests.support.live import live_server
 from tests.support.net import free_port
 
@@ -179,3 +181,30 @@ async def test_a_claude_run_is_a_member_of_the_mesh(
         gate = threading.Event()
         plan_member_turn(fake_anthropic.script, "person", gate, namespace=None)
         await assert_member_run(client, url, tmp_path, fake_anthropic.script, gate, "writer")
+
+
+def test_a_member_reaches_the_service_started_as_a_user_starts_it(
+    tmp_path: Path, installed_clis: InstalledClis, fake_anthropic: FakeAnthropic
+) -> None:
+    """`muster serve --port N` in a checkout, no MUSTER_* variable: the run's MCP server finds the service by itself."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "muster.toml").write_text(
+        "[dispatch_agents.member]\n"
+        'kind = "cli"\nharness = "claude"\nmesh = { repo = "demo" }\n'
+        f'variables = {{ ANTHROPIC_BASE_URL = "{fake_anthropic.url}", ANTHROPIC_API_KEY = "sk-ant-test-key" }}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSTER_")}
+    send = {"to": "person", "body": "hello from a default service", "confirm": True}
+    fake_anthropic.script.plan(
+        Reply(text="Greeting.", tool=mcp_call("agent_send", "call_send", send, namespace=None)), Reply(text="Sent.")
+    )
+    with (
+        api(env, tmp_path / "serve.log", cwd=checkout) as url,
+        MusterClient(url) as person,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        person.checkin("person", confirm=True)
+        run = run_to_end(client, agent="member", prompt="greet", workspace="demo")
+        assert (run["status"], run["text"]) == ("completed", "Sent."), run
+        assert [(m.sender, m.body) for m in person.inbox().messages] == [("member", "hello from a default service")]

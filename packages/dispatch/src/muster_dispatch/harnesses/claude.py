@@ -312,7 +312,12 @@ def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
     }
     allowed = {"permissions": {"allow": [f"mcp__{s.name}" for s in servers]}}
     files = {".claude.json": json.dumps({"mcpServers": declared}), ".claude/settings.json": json.dumps(allowed)}
-    return AgentConfiguration(files=files, private_files=private_files_of(servers))
+    # A server's start (a Python process) can outlast Claude's default wait on a busy machine.
+    env = {"MCP_TIMEOUT": MCP_START_MS}
+    return AgentConfiguration(files=files, env=env, private_files=private_files_of(servers))
+
+
+MCP_START_MS = "60000"
 
 
 def project_dir(workspace: Path) -> str:
