@@ -4,6 +4,7 @@ text."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,3 +53,28 @@ async def test_a_pool_across_two_instances_does_each_task_once_with_its_runs_tex
             kinds = [event["kind"] for event in history]
             assert kinds.count("claimed") == 1 and kinds.count("done") == 1, kinds
         assert len(runs) == 5 and {run["status"] for run in runs} == {"completed"}
+
+
+async def test_a_pool_in_quota_claims_nothing_until_the_reset(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    agent = {**REVIEWER, "entrypoint": "tests.runs.agents:quota_on_demand"}
+    config = write_config(tmp_path / "muster.json", {"reviewer": agent})
+    with live_server(create_app(Settings(database_url=db_url, config=config))) as url:
+        with MusterClient(url) as poster:
+            poster.checkin("poster", confirm=True)
+            poster.task_post("first", "hit the quota", role="reviewer", confirm=True)
+            poster.task_post("second", "an ordinary review", role="reviewer", confirm=True)
+        [second] = await until(lambda: done_tasks(url), "the second task done")
+        assert second.result == "done: second\n\nan ordinary review"
+        async with httpx.AsyncClient(base_url=url) as client:
+            tasks = (await client.get("/mesh/tasks")).json()["tasks"]
+            [first] = [task for task in tasks if task["title"] == "first"]
+            runs = (await client.get("/dispatch/runs", params={"agent": "reviewer"})).json()["runs"]
+            history = (await client.get(f"/mesh/tasks/{second.id}")).json()["history"]
+        assert first["state"] == "failed" and "quota" in first["reason"], first
+        [quota_run] = [run for run in runs if run["error"] and run["error"]["code"] == "quota"]
+        reset = datetime.fromisoformat(quota_run["error"]["details"]["reset_at"])
+        [claimed] = [datetime.fromisoformat(event["at"]) for event in history if event["kind"] == "claimed"]
+        assert claimed >= reset, "no claim while the agent was in quota"

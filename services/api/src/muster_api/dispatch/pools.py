@@ -56,8 +56,8 @@ class Pool:
         slots = anyio.Semaphore(self.serve.max_parallel)
         async with anyio.create_task_group() as group:
             while True:
-                await self._out_of_quota()
                 await slots.acquire()
+                await self._out_of_quota()  # after the slot: the run that freed it may have hit a quota
                 try:
                     task = await self._claim()
                 except Exception:
