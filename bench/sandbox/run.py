@@ -1,7 +1,12 @@
-"""A dispatch turn of a fake CLI in bubblewrap against the same turn on the host, alternating in one run.
+"""A dispatch turn in bubblewrap against the same turn on the host, and with the egress proxy against bubblewrap
+without it, alternating in one run.
 
-The fake CLI is a shell script printing a Claude ``init`` and ``result`` line (only ``/usr`` is needed inside the
-sandbox). Prints the p50 of each, the sandbox's overhead at p50 and the turn-level ratio.
+The near-empty turn is a fake CLI, a shell script printing a Claude ``init`` and ``result`` line (only ``/usr`` is
+needed inside the sandbox): bwrap without network against the host, then bwrap with egress ``model`` (the bridge
+started in front of the CLI, the proxy on the host) against bwrap without network. The real turn is Codex against
+the fake model server: bwrap sharing the host's network (``open``) against the host, then bwrap with egress
+``model`` (every request through the bridge and the proxy) against ``open``. Prints the p50 of each, the overhead at
+p50 and the ratios.
 
     .venv/bin/python bench/sandbox/run.py [turns]
 """
@@ -40,21 +45,27 @@ async def turn(provider: SandboxProvider, agent: object, workspace: Path) -> flo
     return elapsed
 
 
-async def compare(agent: object, root: Path, turns: int, label: str, network: str = "none") -> None:
-    providers: dict[str, SandboxProvider] = {
-        "local": LocalProvider(root / "homes"),
-        "bwrap": BwrapProvider(root / "homes", network="open" if network == "open" else "none"),
-    }
+async def compare(
+    agent: object,
+    providers: dict[str, SandboxProvider],
+    pairs: list[tuple[str, str, str]],
+    turns: int,
+    label: str,
+    workspace: Path,
+) -> None:
+    """``pairs``: (candidate, baseline, goal) whose overhead and ratio to print."""
     times: dict[str, list[float]] = {name: [] for name in providers}
     for provider in providers.values():  # warm-up: homes, configuration, page cache
-        await turn(provider, agent, root / "ws")
+        await turn(provider, agent, workspace)
     for _ in range(turns):
         for name, provider in providers.items():
-            times[name].append(await turn(provider, agent, root / "ws"))
-    local, bwrap = (statistics.median(times[name]) * 1000 for name in ("local", "bwrap"))
+            times[name].append(await turn(provider, agent, workspace))
+    p50 = {name: statistics.median(values) * 1000 for name, values in times.items()}
     print(f"{label}: {turns} turns each, alternating")
-    print(f"  local p50: {local:.1f} ms   bwrap p50: {bwrap:.1f} ms")
-    print(f"  bwrap overhead at p50: {bwrap - local:.1f} ms (goal <= 15 ms); turn ratio: {bwrap / local:.2f}x")
+    print("  " + "   ".join(f"{name} p50: {ms:.1f} ms" for name, ms in p50.items()))
+    for candidate, baseline, goal in pairs:
+        extra, ratio = p50[candidate] - p50[baseline], p50[candidate] / p50[baseline]
+        print(f"  {candidate} against {baseline}: +{extra:.1f} ms at p50, ratio {ratio:.2f}x ({goal})")
 
 
 async def codex(turns: int) -> None:
@@ -71,7 +82,13 @@ async def codex(turns: int) -> None:
         (root / "ws").mkdir()
         fake.script.default = Reply(text="ok")
         agent = codex_agent(Path(ensure_cli(codex_harness())), fake.url)
-        await compare(agent, root, turns, "real Codex turn (goal <= 1.1x)", network="open")
+        providers: dict[str, SandboxProvider] = {
+            "local": LocalProvider(root / "homes"),
+            "bwrap-open": BwrapProvider(root / "homes", egress="open"),
+            "bwrap-egress": BwrapProvider(root / "homes", egress="model"),
+        }
+        pairs = [("bwrap-open", "local", "goal <= 1.1x"), ("bwrap-egress", "bwrap-open", "the egress proxy's cost")]
+        await compare(agent, providers, pairs, turns, "real Codex turn", root / "ws")
 
 
 async def main(turns: int) -> None:
@@ -82,7 +99,15 @@ async def main(turns: int) -> None:
         cli.write_text(SCRIPT, encoding="utf-8")
         cli.chmod(0o755)
         (root / "ws").mkdir()
-        await compare(cli_agent(claude_harness(executable=cli)), root, turns, "near-empty fake CLI turn")
+        providers: dict[str, SandboxProvider] = {
+            "local": LocalProvider(root / "homes"),
+            "bwrap": BwrapProvider(root / "homes", egress="none"),
+            "bwrap-egress": BwrapProvider(root / "homes", egress="model"),
+        }
+        pairs = [("bwrap", "local", "goal <= 15 ms"), ("bwrap-egress", "bwrap", "the bridge's start")]
+        await compare(
+            cli_agent(claude_harness(executable=cli)), providers, pairs, turns, "near-empty fake CLI turn", root / "ws"
+        )
     await codex(max(turns // 4, 5))
 
 

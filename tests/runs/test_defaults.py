@@ -70,6 +70,7 @@ def test_the_built_in_agents_run_at_a_users_desk_with_their_login(
         assert sorted(agents) == ["claude", "codex", "fallback"] and agents["fallback"]["agents"] == ["claude", "codex"]
         assert agents["claude"]["credentials"] == "host login ~/.claude/.credentials.json"
         assert agents["codex"]["credentials"] == "host login ~/.codex/auth.json"
+        assert {a["sandbox"] for a in agents.values()} == {"bwrap"}  # so every run below is confined
 
         fake_anthropic.script.plan(Reply(text="Claude at the desk."))
         claude = run_to_end(client, agent="claude", prompt="explain this repo", workspace="demo")

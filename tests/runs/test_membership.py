@@ -100,6 +100,8 @@ async def assert_member_run(
 ) -> None:
     """While the run lives: on the roster with its status, the message delivered from its agent id, the claim
     listed; the token only in a 0600 file. Once it ends: off the roster, the claim gone."""
+    listed = {a["name"]: a for a in (await client.get("/dispatch/agents")).json()["agents"]}
+    assert listed[agent]["sandbox"] == "bwrap", "the MCP server reaches the service from inside the sandbox"
     with MusterClient(url) as person:
         person.checkin("person", confirm=True)
         run = await start(client, agent=agent, prompt="Greet the person and claim the store", workspace="shop")
@@ -108,9 +110,14 @@ async def assert_member_run(
         [claim] = await until(lambda: claims_of(url, agent), "the agent's claim")
         assert (claim.repo, claim.holder, claim.pattern, claim.exclusive) == ("shop", agent, "src/**", True)
         await until(lambda: len(script.model_requests()) >= 4, "the gated final request")
-        entry = roster_entry(url, agent)
-        assert entry is not None and entry.alive and (entry.role, entry.repo) == ("builder", "shop")
-        assert entry.status == "waiting for the model"
+        # The status follows the run's progress (renewed at most once a second): the CLI now waits for the model.
+        entry = await until(
+            lambda: (
+                (found := roster_entry(url, agent)) is not None and found.status == "waiting for the model" and found
+            ),
+            "the running status on the roster",
+        )
+        assert entry.alive and (entry.role, entry.repo) == ("builder", "shop")
         [identity] = list((tmp_path / "homes").glob(f"*/home/{IDENTITY}"))
         assert stat.S_IMODE(identity.stat().st_mode) == 0o600
         token = json.loads(identity.read_text())["token"]

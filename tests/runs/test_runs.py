@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from muster_dispatch.sandboxes import not_built
 from tests.runs.agents import EVENTS
 from tests.runs.support import dispatch_app, dispatch_env, finished, read_sse, start
 
@@ -54,6 +55,11 @@ async def test_agents_are_listed_with_their_errors(
         "loop": {"kind": "fallback", "agents": ["loop2"]},
         "loop2": {"kind": "fallback", "agents": ["loop"]},
         "missing": {"kind": "custom", "entrypoint": "tests.runs.no_such_module:fn"},
+        "hosts": {"kind": "cli", "harness": "codex", "egress": ["pypi.org:443"], "sandbox": "bwrap"},
+        "podded": {"kind": "cli", "harness": "codex", "sandbox": "podman", "egress": "none"},
+        "naked": {"kind": "cli", "harness": "codex", "sandbox": "local", "egress": "none"},
+        "badhost": {"kind": "cli", "harness": "codex", "egress": ["pypi.org"]},
+        "jail": {"kind": "cli", "harness": "codex", "sandbox": "chroot"},
     }
     async with dispatch_app(db_url, tmp_path, agents) as client:
         response = await client.get("/dispatch/agents")
@@ -62,8 +68,16 @@ async def test_agents_are_listed_with_their_errors(
     assert set(listed) == set(agents)
     assert listed["fast"] == {
         "name": "fast", "kind": "custom", "harness": None, "model": None, "agents": None,
-        "installed": True, "version": None, "credentials": None, "builtin": False, "error": None,
+        "installed": True, "version": None, "credentials": None, "sandbox": None, "egress": None, "builtin": False,
+        "error": None,
     }  # fmt: skip
+    assert (listed["claude"]["sandbox"], listed["claude"]["egress"]) == ("bwrap", "model")  # the defaults on Linux
+    assert (listed["both"]["sandbox"], listed["both"]["egress"]) == ("bwrap", "model")
+    assert (listed["hosts"]["sandbox"], listed["hosts"]["egress"]) == ("bwrap", ["pypi.org:443"])
+    assert (listed["podded"]["sandbox"], listed["podded"]["egress"]) == ("podman", "none")
+    assert "needs a sandbox" in listed["naked"]["error"]
+    assert "'pypi.org' is not host:port" in listed["badhost"]["error"]
+    assert "sandbox" in listed["jail"]["error"]
     assert listed["claude"]["harness"] == "claude" and listed["claude"]["error"] is None
     assert listed["claude"]["credentials"] == "key variable ANTHROPIC_API_KEY"
     assert listed["codex"]["credentials"] == "host login ~/.codex/auth.json"  # the suite's fake host home
@@ -76,6 +90,17 @@ async def test_agents_are_listed_with_their_errors(
     assert "unknown fallback member 'nobody'" in listed["ghost"]["error"]
     assert "cyclic" in listed["loop"]["error"] and "cyclic" in listed["loop2"]["error"]
     assert "does not import" in listed["missing"]["error"]
+
+
+async def test_a_sandbox_this_build_lacks_fails_the_run_with_configuration(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    agents = {"podded": {"kind": "cli", "harness": "codex", "sandbox": "podman"}}
+    async with dispatch_app(db_url, tmp_path, agents) as client:
+        run = await finished(client, (await start(client, agent="podded", prompt="hi", workspace="w"))["id"])
+    assert run["status"] == "failed" and run["error"]["code"] == "configuration"
+    assert run["error"]["message"] == not_built("podman")
 
 
 async def test_reload_reads_the_block_again(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ async def test_claude_completes_in_bwrap_with_its_own_tools(
     )
     agent = claude_agent(installed_clis.claude, fake_anthropic.url)
     # The fake model listens on the host's loopback: this sandbox shares the host's network.
-    provider = BwrapProvider(tmp_path / "homes", network="open")
+    provider = BwrapProvider(tmp_path / "homes", egress="open")
 
     turn = await run_turn(agent, "Create hello.txt", workspace, provider)
 

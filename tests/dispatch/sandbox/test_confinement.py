@@ -57,7 +57,7 @@ async def test_codex_escapes_fail_in_bwrap_and_succeed_on_the_host(
     fake_openai.script.plan(Reply(tool=ToolCall(_probes(outside, planted, other))), Reply(text="Probed."))
     provider: SandboxProvider = (
         # The fake model listens on the host's loopback: this sandbox shares the host's network.
-        BwrapProvider(tmp_path / "homes", network="open") if kind == "bwrap" else LocalProvider(tmp_path / "homes")
+        BwrapProvider(tmp_path / "homes", egress="open") if kind == "bwrap" else LocalProvider(tmp_path / "homes")
     )
 
     turn = await run_turn(codex_agent(installed_clis.codex, fake_openai.url), "Probe", workspace, provider)

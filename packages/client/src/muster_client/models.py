@@ -246,6 +246,8 @@ class DispatchAgent(Answer):
     installed: bool = False
     version: str | None = None
     credentials: str | None = None  # where they come from ("key variable NAME", "host login ~/…"), never a secret
+    sandbox: str | None = None  # where its runs execute: bwrap, podman, docker or local (None: a custom agent)
+    egress: str | list[str] | None = None  # model, none, open, or the hosts added to the model's
     builtin: bool = False
     error: str | None = None
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from muster_dispatch.egress import Endpoint
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.host_login import HostLogin, login_source
 from muster_dispatch.inputs import AgentInput
@@ -26,6 +27,10 @@ class Command:
     env: Mapping[str, str] = field(default_factory=dict)
     stdin: str | None = None
     keep_stdin: bool = False
+    # Where it needs to connect (the model's endpoints): what a sandbox's egress lets through by default.
+    endpoints: tuple[Endpoint, ...] = ()
+    # Host paths it needs besides the system's and its own install (an MCP server's runtime), bound read-only.
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,10 @@ class McpServer:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     private_files: Mapping[str, str] = field(default_factory=dict)
+    # In a sandbox: where the server connects (let through its egress) and what of the host it runs from (bound
+    # read-only), e.g. the service's address and the Python installation of ``muster``.
+    endpoints: tuple[Endpoint, ...] = ()
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +161,9 @@ class Harness:
     # The final usage event is a running total for the whole conversation (Codex): on a resumed turn the runner
     # subtracts the total read from the session (``transcript_usage``) before the turn.
     cumulative_usage: bool = False
+    # The model endpoints the CLI connects to, from the agent's variables (a configured base URL, else the vendor's
+    # API and, for a login, the host that refreshes it): what ``egress = "model"`` lets out of a sandbox.
+    endpoints: Callable[[Mapping[str, str]], tuple[Endpoint, ...]] = lambda _variables: ()
 
     def request(self, input: AgentInput, *, model: str | None = None, executable: str | None = None) -> Command:
         program = executable or self.executable or (self.bootstrap.binary if self.bootstrap else self.name)

@@ -20,14 +20,40 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from muster_dispatch.errors import DispatchError
+from muster_dispatch.events import AgentEvent
 from muster_dispatch.line_pipe import LinePipe
 from muster_dispatch.processes import descendants, signal_all
 
 STREAM_LIMIT = 64 * 1024 * 1024  # one JSON line can carry a whole file read by a tool
 
 
+class Notices:
+    """Events the sandbox itself reports about a process (a refused connection): held until a reader attaches, then
+    handed to it as they come."""
+
+    def __init__(self) -> None:
+        self._held: list[AgentEvent] = []
+        self._reader: Callable[[AgentEvent], None] | None = None
+
+    def put(self, event: AgentEvent) -> None:
+        if self._reader is not None:
+            self._reader(event)
+        else:
+            self._held.append(event)
+
+    def consume(self, reader: Callable[[AgentEvent], None]) -> None:
+        self._reader = reader
+        held, self._held = self._held, []
+        for event in held:
+            reader(event)
+
+    def detach(self) -> None:
+        self._reader = None
+
+
 class LocalProcess:
-    """A running CLI: line streams, stdin, its exit, and a group kill."""
+    """A running CLI: line streams, stdin, its exit, and a group kill. ``notices``: what its sandbox reports about
+    it; ``on_close``: what the sandbox releases with it (an egress proxy)."""
 
     def __init__(
         self,
@@ -44,6 +70,8 @@ class LocalProcess:
         self.stderr = stderr
         self.stdin = stdin
         self.marker = marker
+        self.notices = Notices()
+        self.on_close: list[Callable[[], None]] = []
         self._transports = transports
         loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int] = loop.create_future()
@@ -117,6 +145,10 @@ class LocalProcess:
             if not transport.is_closing():
                 transport.close()
         self._unwatch()
+        self.notices.detach()
+        for release in self.on_close:
+            release()
+        self.on_close.clear()
         if self.popen.poll() is None:
             threading.Thread(target=self.popen.wait, name=f"muster-reap-{self.pid}", daemon=True).start()
 
@@ -221,4 +253,4 @@ def _thread_watch(
     return stop
 
 
-__all__ = ["STREAM_LIMIT", "LocalProcess", "spawn"]
+__all__ = ["STREAM_LIMIT", "LocalProcess", "Notices", "spawn"]

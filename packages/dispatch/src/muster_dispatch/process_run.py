@@ -64,6 +64,7 @@ class ProcessRun:
         stdout, stderr = self.process.stdout, self.process.stderr
         stderr.consume(self._stderr_line)
         stdout.consume(self._stdout_line)
+        self.process.notices.consume(self._on_event)
         self._timers.append(asyncio.get_running_loop().call_later(READ_GRACE, self._check_exit))
         try:
             await stdout.closed

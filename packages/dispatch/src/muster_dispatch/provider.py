@@ -152,10 +152,14 @@ class LocalProvider:
         return env
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        return await self.spawn(self.argv(command, sandbox), command, sandbox, env)
+
+    async def spawn(self, argv: list[str], command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
+        """Start ``argv`` (``command`` as the sandbox runs it) and write the command's stdin."""
         marker = secrets.token_hex(8)
         try:
             handle = await spawn(
-                self.argv(command, sandbox),
+                argv,
                 cwd=sandbox.workspace,
                 env={**env, RUN_VARIABLE: marker},
                 stdin=command.stdin is not None,

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from muster_dispatch.agents import CliAgent, CustomAgent, CustomContext, DispatchAgent, FallbackAgent
 from muster_dispatch.bootstrap import ensure_cli, ready_cli
+from muster_dispatch.egress import Endpoint
 from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.event_stream import EventStream
 from muster_dispatch.events import AgentEvent
@@ -98,6 +99,8 @@ class Dispatch:
         self._replay_turn: RecordedTurn | None = None
         self._replay_steered = 0
         self._login: CopiedLogin | None = None  # the host login copied for the CLI turn running now
+        self._endpoints: tuple[Endpoint, ...] = ()  # the model endpoints of the CLI agent running now
+        self._read_only: tuple[str, ...] = ()  # what its MCP servers run from
 
     # ------------------------------------------------------------------ public surface
 
@@ -417,7 +420,9 @@ class Dispatch:
         before: Usage | None = None
         if harness.cumulative_usage and leg.continuation is not None:
             before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
-        command = agent.request(leg, executable=executable)
+        command = replace(
+            agent.request(leg, executable=executable), endpoints=self._endpoints, read_only=self._read_only
+        )
         exit_code, stopped = await self._run_process(agent, leg, command, sandbox, env, state)
         if harness.cumulative_usage and state.conversation:
             # The session's own running total, read once the CLI is gone, replaces the streamed one: exact whatever
@@ -465,9 +470,13 @@ class Dispatch:
         visible = {**provider.variables, **dotenv, **agent.variables}
         plan = harness.credentials(visible)  # a local provider passes the key variables themselves
         configuration = harness.configuration(visible)
+        self._endpoints = harness.endpoints(visible)
+        self._read_only = ()
         if agent.mcp_servers and harness.mcp is not None:
             servers = [_at_home(server, sandbox.agent_home) for server in agent.mcp_servers]
             configuration = configuration.merged(harness.mcp(servers))
+            self._endpoints += tuple(endpoint for server in servers for endpoint in server.endpoints)
+            self._read_only = tuple(path for server in servers for path in server.read_only)
         provider.configure(sandbox, harness.name, configuration)
         if plan.host_login is not None:  # the user's own login, copied fresh for this turn
             self._login = copy_login(plan.host_login, sandbox.home, provider.host_home)
@@ -489,7 +498,7 @@ class Dispatch:
         try:
             process = await provider.start(command, sandbox, env)
         except DispatchError as exc:
-            state.observe(AgentEvent("failure", text=exc.message, code="process"))
+            state.observe(AgentEvent("failure", text=exc.message, code=exc.code))
             return None, None
 
         def on_event(event: AgentEvent) -> None:

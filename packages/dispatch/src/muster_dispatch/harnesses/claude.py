@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_from_epoch
@@ -295,6 +296,16 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables=keys) if keys else CredentialPlan(host_login=HOST_LOGIN)
 
 
+API_URL = "https://api.anthropic.com"
+OAUTH_URL = "https://platform.claude.com"  # where a subscription login refreshes its token
+
+
+def endpoints(variables: Mapping[str, str]) -> tuple[Endpoint, ...]:
+    """The configured ``ANTHROPIC_BASE_URL`` or Anthropic's API; with the user's login, where it refreshes."""
+    login = credentials(variables).host_login is not None
+    return endpoints_of([variables.get("ANTHROPIC_BASE_URL") or API_URL, OAUTH_URL if login else None])
+
+
 # Skip the first-run onboarding in a fresh private home; nothing here refers to a variable, so it is encoded once
 # (the configuration is asked for on every turn).
 _SETTINGS = json.dumps({"hasCompletedOnboarding": True})
@@ -317,7 +328,7 @@ def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
     return AgentConfiguration(files=files, env=env, private_files=private_files_of(servers))
 
 
-MCP_START_MS = "60000"
+MCP_START_MS = "120000"
 
 
 def project_dir(workspace: Path) -> str:
@@ -383,6 +394,7 @@ def claude_harness(*, executable: str | Path | None = None, permission_mode: str
         credentials=credentials,
         configuration=configuration,
         mcp=mcp_configuration,
+        endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "claude"),
         resumable=True,
         forkable=True,

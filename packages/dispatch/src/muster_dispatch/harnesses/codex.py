@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.harness import (
@@ -236,6 +237,19 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables=keys) if keys else CredentialPlan(host_login=HOST_LOGIN)
 
 
+API_URL = "https://api.openai.com/v1"
+CHATGPT_URL = "https://chatgpt.com/backend-api/codex"  # the model endpoint of a ChatGPT login
+AUTH_URL = "https://auth.openai.com"  # where a login refreshes its token
+
+
+def endpoints(variables: Mapping[str, str]) -> tuple[Endpoint, ...]:
+    """The configured base URL, else OpenAI's API and ChatGPT's (which one a login uses is in its file, not read
+    here); with the user's login, where it refreshes."""
+    base = variables.get("MUSTER_CODEX_BASE_URL") or variables.get("OPENAI_BASE_URL")
+    login = credentials(variables).host_login is not None
+    return endpoints_of([*([base] if base else [API_URL, CHATGPT_URL]), AUTH_URL if login else None])
+
+
 def _toml(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
@@ -282,7 +296,7 @@ def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
     for server in servers:
         args = ", ".join(_toml(arg) for arg in server.args)
         lines += [f"[mcp_servers.{server.name}]", f"command = {_toml(server.command)}", f"args = [{args}]"]
-        lines += ["startup_timeout_sec = 60", "tool_timeout_sec = 120", ""]
+        lines += ["startup_timeout_sec = 120", "tool_timeout_sec = 120", ""]
         if server.env:
             lines.append(f"[mcp_servers.{server.name}.env]")
             lines += [f"{name} = {_toml(value)}" for name, value in server.env.items()]
@@ -353,6 +367,7 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         credentials=credentials,
         configuration=configuration,
         mcp=mcp_configuration,
+        endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
         resumable=True,
         forkable=True,

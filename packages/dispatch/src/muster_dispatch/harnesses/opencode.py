@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_in
@@ -215,6 +216,26 @@ def credentials(variables: Mapping[str, str]) -> CredentialPlan:
     return CredentialPlan(variables=passed, host_files=host)
 
 
+# The vendor API behind each key variable; OpenCode also reads its model catalog from models.dev.
+VENDOR_URLS = {
+    "OPENAI_API_KEY": "https://api.openai.com",
+    "ANTHROPIC_API_KEY": "https://api.anthropic.com",
+    "GEMINI_API_KEY": "https://generativelanguage.googleapis.com",
+    "OPENROUTER_API_KEY": "https://openrouter.ai",
+}
+CATALOG_URL = "https://models.dev"
+
+
+def endpoints(variables: Mapping[str, str]) -> tuple[Endpoint, ...]:
+    """The configured base URL; else the API of each vendor whose key the agent has (every vendor's with the login
+    file, which may hold any of them); and the model catalog."""
+    base = variables.get("MUSTER_OPENCODE_BASE_URL")
+    if base:
+        return endpoints_of([base, CATALOG_URL])
+    keyed = [url for name, url in VENDOR_URLS.items() if name in variables]
+    return endpoints_of([*(keyed or VENDOR_URLS.values()), CATALOG_URL])
+
+
 def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
     settings: dict[str, Any] = {"$schema": "https://opencode.ai/config.json", "autoupdate": False, "share": "disabled"}
     base_url = variables.get("MUSTER_OPENCODE_BASE_URL")
@@ -276,6 +297,7 @@ def opencode_harness(*, executable: str | Path | None = None) -> Harness:
         credentials=credentials,
         configuration=configuration,
         mcp=mcp_configuration,
+        endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "opencode"),
         resumable=True,
         forkable=True,

@@ -1,5 +1,6 @@
 """``muster doctor``: what a person runs when something does not work. One row per thing Muster depends on — the
-database, each dispatch agent (its CLI at the pin, where its credentials come from), each remote A2A agent (its card
+database, each dispatch agent (its sandbox and whether it can start, where it may connect, its CLI at the pin,
+where its credentials come from), each remote A2A agent (its card
 answers, in which dialect), the paths — each wrong row with the one line that fixes it. A table on a terminal,
 ``--json`` for scripts; the exit code is 1 when any row is wrong.
 
@@ -15,9 +16,13 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from muster_api.errors import ConfigurationError
 from muster_api.settings import Settings
+
+if TYPE_CHECKING:
+    from muster_api.dispatch.config import AgentDefinition
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +54,12 @@ async def dispatch_rows(settings: Settings) -> list[Row]:
 
     agents = parse_dispatch_agents(await read_config(settings.config))
     rows: list[Row] = []
+    problems: dict[str, str | None] = {}
     for name, definition in sorted(agents.definitions.items()):
         if definition.error is not None:
             rows.append(Row(f"dispatch {name}", False, definition.error, f"fix dispatch_agents.{name} in the config"))
             continue
+        rows += sandbox_rows(name, definition, problems)
         entry = definition.entry
         if not isinstance(entry, CliEntry):
             rows.append(Row(f"dispatch {name}", True, definition.kind))
@@ -79,6 +86,27 @@ async def dispatch_rows(settings: Settings) -> list[Row]:
             fix = login.fix if login is not None else "give the agent its key variable"
             rows.append(Row(f"dispatch {name} credentials", False, f"no login under {settings.host_home}", fix))
     return rows
+
+
+def sandbox_rows(name: str, definition: AgentDefinition, problems: dict[str, str | None]) -> list[Row]:
+    """Where the agent's runs execute, whether that sandbox can start here, and where they may connect."""
+    from muster_api.dispatch.config import CliEntry, harness_of
+    from muster_dispatch.sandboxes import sandbox_problem
+
+    sandbox, egress = definition.sandbox, definition.egress
+    if sandbox is None or egress is None:
+        return []
+    if sandbox not in problems:
+        problems[sandbox] = sandbox_problem(sandbox)  # a bwrap probe: once per sandbox
+    problem = problems[sandbox]
+    if problem is not None:
+        return [Row(f"dispatch {name} sandbox", False, f"{sandbox} cannot start", problem)]
+    detail = f"{sandbox}, egress {egress.describe()}"
+    entry = definition.entry
+    if isinstance(entry, CliEntry) and egress.proxied:
+        allowed = egress.allowed(harness_of(entry).endpoints(entry.variables))
+        detail += f" ({', '.join(str(endpoint) for endpoint in allowed) or 'nothing'})"
+    return [Row(f"dispatch {name} sandbox", True, detail)]
 
 
 async def a2a_rows(settings: Settings) -> list[Row]:

@@ -32,7 +32,9 @@ from muster_api.dispatch.worker import sweep_forever, work_forever
 from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
 from muster_api.settings import DispatchSettings
-from muster_dispatch import local_provider
+from muster_dispatch.egress import Egress
+from muster_dispatch.sandbox import SandboxProvider
+from muster_dispatch.sandboxes import SANDBOXES
 from muster_mesh import Mesh
 from muster_mesh.tasks import Tasks
 
@@ -67,7 +69,6 @@ class DispatchState:
         self.store = run_store(runtime.engine, self.notifier, runtime.dialect)
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
         self.host_home = host_home or runtime.settings.host_home
-        self.provider = local_provider(settings.homes, host_home=self.host_home)
         self.agents = DispatchAgents()
         # The mesh the agents of runs join (``mesh = {…}``), and where their MCP server reaches this service.
         self.mesh = mesh
@@ -76,11 +77,26 @@ class DispatchState:
         service = runtime.settings
         self.mcp_url = service_url(settings.service_url, service.host, service.port)
         self.mcp_api_key = service.api_keys[0].get_secret_value() if service.api_keys else None
+        self._providers: dict[tuple[str, Egress], SandboxProvider] = {}
         self._reload_lock = anyio.Lock()
 
     @property
     def lease(self) -> timedelta:
         return timedelta(seconds=self.settings.lease_seconds)
+
+    def provider(self, agent: str | None) -> SandboxProvider:
+        """Where a run of ``agent`` executes: its sandbox with its egress (one provider per pair, kept across runs so
+        the private homes stay warm); the host for a custom agent or a replay (``None``), which run no CLI. Raises
+        ``DispatchError`` (``configuration``) for a sandbox this build lacks."""
+        definition = self.agents.get(agent) if agent is not None else None
+        sandbox = definition.sandbox if definition is not None else None
+        egress = definition.egress if definition is not None else None
+        key = (sandbox, egress) if sandbox is not None and egress is not None else ("local", Egress())
+        provider = self._providers.get(key)
+        if provider is None:
+            provider = SANDBOXES[key[0]](self.settings.homes, egress=key[1], host_home=self.host_home)
+            self._providers[key] = provider
+        return provider
 
     async def reload(self) -> DispatchAgents:
         """Read the ``dispatch_agents`` block again; runs already executing keep the agent they were built with."""

@@ -2,7 +2,10 @@
 
 With no block, the built-in agents: ``claude``, ``codex`` and ``fallback`` (see ``builtin_agents``); a block
 replaces them whole. NAME → ``{kind = "cli", harness, model?, permission_mode?, variables}`` |
-``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. ``${ENV}`` in
+``{kind = "fallback", agents, on}`` | ``{kind = "custom", entrypoint = "package.module:function"}``. A cli or
+fallback agent runs in ``sandbox = "bwrap" | "podman" | "docker" | "local"`` (default: bwrap on Linux) with
+``egress = "model" | "none" | "open" | ["host:port", …]`` (default ``"model"``: only its model's endpoints; a list
+adds hosts); a fallback's candidates run in the fallback's sandbox. ``${ENV}`` in
 variables is expanded as in the agents block. A wrong entry is isolated: it stays listed with its ``error`` and
 cannot run; the others are unaffected. Every kind may add ``a2a = true`` or ``a2a = {description, skills}``: the
 agent is then served over A2A too.
@@ -36,12 +39,15 @@ from muster_dispatch import (
     opencode_harness,
 )
 from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
+from muster_dispatch.egress import Egress
 from muster_dispatch.harness import Harness
+from muster_dispatch.sandboxes import SandboxName, check_egress, default_sandbox
 from muster_mesh.models import AGENT_ID_PATTERN, MAX_CAPS, AgentId, Label, Repo
 
 BLOCK = "dispatch_agents"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 ENTRYPOINT_PATTERN = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+EgressSetting = Literal["model", "none", "open"] | Annotated[list[str], Field(max_length=50)]
 
 
 class ServedSkill(BaseModel):
@@ -108,6 +114,8 @@ class CliEntry(BaseModel):
     model: str | None = Field(default=None, min_length=1, max_length=200)
     permission_mode: str | None = Field(default=None, min_length=1, max_length=64)
     variables: dict[str, str] = Field(default_factory=dict)
+    sandbox: SandboxName | None = None
+    egress: EgressSetting | None = None
     a2a: Served = None
     mesh: Membership = None
     wake: bool = False
@@ -121,6 +129,8 @@ class FallbackEntry(BaseModel):
     kind: Literal["fallback"]
     agents: list[str] = Field(min_length=1, max_length=20)
     on: list[Literal["quota", "unavailable"]] = Field(default=["quota", "unavailable"], min_length=1)
+    sandbox: SandboxName | None = None
+    egress: EgressSetting | None = None
     a2a: Served = None
     mesh: Membership = None
     wake: bool = False
@@ -203,6 +213,22 @@ class AgentDefinition:
         return None if membership is None else membership.agent_id or self.name
 
     @property
+    def sandbox(self) -> SandboxName | None:
+        """Where its runs execute; None for a custom agent (it runs in the service's own process)."""
+        entry = self.entry
+        if isinstance(entry, CliEntry | FallbackEntry):
+            return entry.sandbox or default_sandbox()
+        return None
+
+    @property
+    def egress(self) -> Egress | None:
+        """Where its runs may connect; None for a custom agent or a wrong entry."""
+        entry = self.entry
+        if isinstance(entry, CliEntry | FallbackEntry) and self.error is None:
+            return Egress.parse(entry.egress or "model")
+        return None
+
+    @property
     def members(self) -> list[str] | None:
         return list(self.entry.agents) if isinstance(self.entry, FallbackEntry) else None
 
@@ -271,6 +297,14 @@ def credential_state(definition: AgentDefinition, host_home: Path) -> str | None
     return credential_source(harness_of(entry).credentials(entry.variables), host_home)
 
 
+def egress_setting(definition: AgentDefinition) -> str | list[str] | None:
+    """The agent's egress as its configuration says it (``model`` when it says nothing); None for a custom agent."""
+    egress = definition.egress
+    if egress is None:
+        return None
+    return [str(host) for host in egress.hosts] if egress.hosts else egress.mode
+
+
 def _problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'entry'}: {e['msg']}" for e in exc.errors())
 
@@ -295,6 +329,9 @@ def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefi
     except ValidationError as exc:
         return AgentDefinition(name, kind or "unknown", error=_problems(exc))
     try:
+        if isinstance(entry, CliEntry | FallbackEntry):
+            egress = Egress.parse(entry.egress or "model")
+            check_egress(entry.sandbox or default_sandbox(), egress)
         if isinstance(entry, CliEntry):
             variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
             entry = entry.model_copy(update={"variables": variables})

@@ -8,6 +8,7 @@ renewing, and the agent leaves the roster when the lease lapses.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
 import sys
@@ -16,11 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from shutil import which
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 
 from muster_api.mcp.bound import IDENTITY_FILE_VARIABLE, BoundIdentity
 from muster_dispatch import McpServer
+from muster_dispatch.egress import Endpoint
 from muster_mesh import Mesh, MeshError
 from muster_mesh.models import CONTROLS, MAX_STATUS_CHARS, CheckinRecord, CheckinRequest, CheckoutRequest
 
@@ -191,7 +194,27 @@ class RunPresence:
             ("mcp",),
             env={IDENTITY_FILE_VARIABLE: f"~/{IDENTITY_FILE}"},
             private_files={IDENTITY_FILE: identity.dumps()},
+            endpoints=(endpoint_of(url),),
+            read_only=runtime_paths(executable),
         )
+
+
+def endpoint_of(url: str) -> Endpoint:
+    """The host and port of the service's URL: what a sandbox's egress must let the MCP server reach."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Endpoint(parts.hostname or "127.0.0.1", port)
+
+
+def runtime_paths(executable: str) -> tuple[str, ...]:
+    """What ``muster mcp`` runs from, to bind read-only in a sandbox: the command's directory, this environment
+    and the Python it is made from, and the source of Muster's packages (an editable install keeps it elsewhere)."""
+    paths = {str(Path(executable).parent), sys.prefix, sys.base_prefix}
+    for package in ("muster_api", "muster_client", "muster_mesh", "muster_a2a", "muster_dispatch"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin is not None:
+            paths.add(str(Path(spec.origin).parent.parent))
+    return tuple(sorted(paths))
 
 
 def service_url(configured: str | None, host: str, port: int) -> str:

@@ -127,6 +127,10 @@ class AgentOut(BaseModel):
     # Where its credentials come from: "key variable NAME" or "host login ~/…"; None when none was found. Never the
     # secret itself.
     credentials: str | None = None
+    # Where its runs execute (bwrap, podman, docker, local; None for a custom agent, which runs in the service) and
+    # where they may connect: "model" (its model's endpoints), "none", "open", or the hosts added to the model's.
+    sandbox: str | None = None
+    egress: str | list[str] | None = None
     builtin: bool = False
     error: str | None = None
 

@@ -9,17 +9,22 @@ instance's claims until the reset time it reported.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
+from muster_api.dispatch.config import AgentDefinition
 from muster_api.dispatch.models import Run, RunIn
-from muster_api.dispatch.runs import create_run
+from muster_api.dispatch.runs import DispatchState, create_run
 from muster_mesh.tasks import MAX_RESULT_CHARS, TaskClaim, TaskDone, TaskFail, Tasks, TaskView
 
-if TYPE_CHECKING:
-    from muster_api.dispatch.sleepers import Sleeper
+
+class PoolState(DispatchState, Protocol):
+    @property
+    def now(self) -> Callable[[], datetime]: ...
+
 
 log = logging.getLogger("muster.dispatch.pools")
 
@@ -43,11 +48,21 @@ def _reset_of(run: Run, now: datetime) -> datetime:
 
 
 class Pool:
-    def __init__(self, sleeper: Sleeper, tasks: Tasks) -> None:
-        serve = sleeper.definition.serves
+    def __init__(
+        self,
+        state: PoolState,
+        definition: AgentDefinition,
+        agent_id: str,
+        token: Callable[[], Awaitable[str | None]],
+        tasks: Tasks,
+    ) -> None:
+        """``token``: the agent's session token, kept by its sleeper (``sleepers.Sleeper``)."""
+        serve = definition.serves
         assert serve is not None
-        self.sleeper = sleeper
-        self.state = sleeper.state
+        self.state = state
+        self.definition = definition
+        self.agent_id = agent_id
+        self.token = token
         self.tasks = tasks
         self.serve = serve
         self.quota_until: datetime | None = None
@@ -61,7 +76,7 @@ class Pool:
                 try:
                     task = await self._claim()
                 except Exception:
-                    log.exception("%s: claiming a task failed", self.sleeper.agent_id)
+                    log.exception("%s: claiming a task failed", self.agent_id)
                     task = None
                 if task is None:
                     slots.release()
@@ -74,12 +89,12 @@ class Pool:
             return
         wait = (self.quota_until - self.state.now()).total_seconds()
         if wait > 0:
-            log.info("%s: in quota until %s, claiming no task", self.sleeper.agent_id, self.quota_until)
+            log.info("%s: in quota until %s, claiming no task", self.agent_id, self.quota_until)
             await anyio.sleep(wait)
         self.quota_until = None
 
     async def _claim(self) -> TaskView | None:
-        token = await self.sleeper.store.token(self.sleeper.agent_id)
+        token = await self.token()
         if token is None:
             return None
         answer = await self.tasks.claim(
@@ -92,12 +107,12 @@ class Pool:
             run = await self._run(task)
             await self._finish(task, run)
         except Exception:  # the task goes back to open when the agent's lease ends, or stays held until then
-            log.exception("%s: serving task %s failed", self.sleeper.agent_id, task.id)
+            log.exception("%s: serving task %s failed", self.agent_id, task.id)
         finally:
             slots.release()
 
     async def _run(self, task: TaskView) -> Run:
-        name = self.sleeper.definition.name
+        name = self.definition.name
         body = RunIn(agent=name, prompt=prompt_of(task), workspace=f"{name}-task-{task.id}")
         run = await create_run(self.state, body)
         while not run.finished:
@@ -108,7 +123,7 @@ class Pool:
         return run
 
     async def _finish(self, task: TaskView, run: Run) -> None:
-        token = await self.sleeper.store.token(self.sleeper.agent_id)
+        token = await self.token()
         request: TaskDone | TaskFail
         if run.status == "completed":
             request = TaskDone(token=task.token, result=(run.text or "")[:MAX_RESULT_CHARS], confirm=True)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from muster_api.dispatch.component import DispatchState
-from muster_api.dispatch.config import cli_state, credential_state
+from muster_api.dispatch.config import cli_state, credential_state, egress_setting
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
 from muster_api.dispatch.models import (
@@ -60,6 +60,8 @@ def agents_out(state: DispatchState) -> AgentsOut:
                 installed=installed,
                 version=version,
                 credentials=credential_state(definition, state.host_home),
+                sandbox=definition.sandbox,
+                egress=egress_setting(definition),
                 builtin=definition.builtin,
                 error=definition.error,
             )

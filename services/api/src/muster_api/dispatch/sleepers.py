@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -23,14 +23,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.dispatch.config import AgentDefinition
 from muster_api.dispatch.models import RunIn
-from muster_api.dispatch.pools import Pool
+from muster_api.dispatch.pools import Pool, PoolState
 from muster_api.dispatch.runs import create_run
 from muster_api.dispatch.tables import runs, sleepers
-from muster_mesh import IdentityConflict, MeshError, Subscription
+from muster_mesh import IdentityConflict, Mesh, MeshError, Subscription
 from muster_mesh.models import CheckinRecord, CheckinRequest, WakeAnswer
+from muster_mesh.tasks import Tasks
 
-if TYPE_CHECKING:
-    from muster_api.dispatch.component import DispatchState
+
+class SleeperState(PoolState, Protocol):
+    """What a sleeper needs of the capability (``component.DispatchState`` is one)."""
+
+    @property
+    def mesh(self) -> Mesh | None: ...
+    @property
+    def tasks(self) -> Tasks | None: ...
+    @property
+    def sleepers(self) -> dict[str, Sleeper]: ...
+
 
 log = logging.getLogger("muster.dispatch.sleepers")
 
@@ -91,7 +101,7 @@ class SleeperStore:
             return (await conn.execute(statement)).rowcount == 1
 
 
-async def _last_run(state: DispatchState, agent: str) -> tuple[str, str | None] | None:
+async def _last_run(state: SleeperState, agent: str) -> tuple[str, str | None] | None:
     """(workspace, conversation) of the agent's newest run, and whether one is active (then its id)."""
     query = select(runs.c.workspace, runs.c.conversation).where(runs.c.agent == agent).order_by(runs.c.id.desc())
     async with state.store.reads.connect() as conn:
@@ -99,7 +109,7 @@ async def _last_run(state: DispatchState, agent: str) -> tuple[str, str | None] 
     return (str(row[0]), row[1]) if row is not None else None
 
 
-async def _active_run(state: DispatchState, agent: str) -> tuple[str, bool, str] | None:
+async def _active_run(state: SleeperState, agent: str) -> tuple[str, bool, str] | None:
     """(id, live input, status) of the agent's queued or running run, if any."""
     query = select(runs.c.id, runs.c.request, runs.c.status).where(
         and_(runs.c.agent == agent, runs.c.active_workspace.is_not(None))
@@ -114,7 +124,7 @@ async def _active_run(state: DispatchState, agent: str) -> tuple[str, bool, str]
 class Sleeper:
     """One ``wake = true`` agent, as this instance serves it."""
 
-    def __init__(self, state: DispatchState, definition: AgentDefinition, store: SleeperStore) -> None:
+    def __init__(self, state: SleeperState, definition: AgentDefinition, store: SleeperStore) -> None:
         agent_id = definition.mesh_agent_id()
         membership = definition.membership
         assert agent_id is not None and membership is not None and state.mesh is not None
@@ -143,12 +153,16 @@ class Sleeper:
             return ASLEEP
         return f"serving {serve.role} tasks"
 
+    async def _token(self) -> str | None:
+        return await self.store.token(self.agent_id)
+
     async def run(self) -> None:
         async with anyio.create_task_group() as group:
             self._group = group
             group.start_soon(self._keep_session)
             if self.definition.serves is not None and self.state.tasks is not None:
-                group.start_soon(Pool(self, self.state.tasks).run)
+                pool = Pool(self.state, self.definition, self.agent_id, self._token, self.state.tasks)
+                group.start_soon(pool.run)
             if self.definition.wakes:
                 await self._follow()
 
@@ -279,7 +293,7 @@ class Sleeper:
             await self.wake()
 
 
-async def foresee_wake(state: DispatchState, agent_id: str) -> WakeAnswer | None:
+async def foresee_wake(state: SleeperState, agent_id: str) -> WakeAnswer | None:
     """The ``wake`` of a send's answer: None unless ``agent_id`` is an agent this service wakes."""
     for sleeper in state.sleepers.values():
         if sleeper.agent_id == agent_id:
@@ -287,7 +301,7 @@ async def foresee_wake(state: DispatchState, agent_id: str) -> WakeAnswer | None
     return None
 
 
-async def serve_sleepers(state: DispatchState) -> None:
+async def serve_sleepers(state: SleeperState) -> None:
     """Every ``wake = true`` or ``serve_tasks`` agent of the config, kept (and followed, or serving) until
     cancelled."""
     if state.mesh is None:

@@ -34,13 +34,13 @@ from muster_dispatch import (
     Continuation,
     Dispatch,
     DispatchError,
-    LocalProvider,
     McpServer,
     TurnResult,
     dispatch,
     replay_agent,
 )
 from muster_dispatch.agents import DispatchAgent
+from muster_dispatch.sandbox import SandboxProvider
 from muster_mesh import Mesh, MeshError
 
 log = logging.getLogger("muster.dispatch.worker")
@@ -65,8 +65,7 @@ class WorkerState(Protocol):
     def store(self) -> SqlRunStore: ...
     @property
     def conversations(self) -> SqlConversationStore: ...
-    @property
-    def provider(self) -> LocalProvider: ...
+    def provider(self, agent: str | None) -> SandboxProvider: ...
     @property
     def agents(self) -> DispatchAgents: ...
     @property
@@ -219,8 +218,9 @@ async def _execute(
     try:
         with shielded():
             agent, input, workspace = await _prepare(state, run, presence)
+        provider = state.provider(run.agent if run.replay_of is None else None)
         running = dispatch(
-            agent, input, workspace=workspace, provider=state.provider, deadline=run.deadline_s, journal=journal
+            agent, input, workspace=workspace, provider=provider, deadline=run.deadline_s, journal=journal
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
