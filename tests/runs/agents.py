@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import anyio
 
@@ -40,3 +41,16 @@ async def mark(input: AgentInput, context: CustomContext) -> AsyncIterator[Agent
     for index in range(5):
         yield AgentEvent("text_delta", text=str(index))
     yield AgentEvent("text", text=str(os.getpid()))
+
+
+QUOTA_RESET_SECONDS = 3
+
+
+async def quota_on_demand(input: AgentInput, context: CustomContext) -> AsyncIterator[AgentEvent]:
+    """A usage limit (reset a few seconds from now) when the prompt asks for one; else a final text."""
+    if "hit the quota" in input.prompt:
+        reset = datetime.now(UTC) + timedelta(seconds=QUOTA_RESET_SECONDS)
+        yield AgentEvent("quota", text="usage limit reached", reset_at=reset)
+        yield AgentEvent("failure", text="usage limit reached", code="quota")
+        return
+    yield AgentEvent("text", text=f"done: {input.prompt}")

@@ -16,9 +16,9 @@ from tests.support.net import free_port
 
 
 @contextmanager
-def serve_in_thread(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iterator[str]:
-    """Serve ``app`` until the block exits; yields ``http://127.0.0.1:PORT``."""
-    port = free_port()
+def serve_in_thread(app: Any, *, lifespan: Literal["on", "off"] = "off", port: int | None = None) -> Iterator[str]:
+    """Serve ``app`` until the block exits (on ``port``, else a free one); yields ``http://127.0.0.1:PORT``."""
+    port = port or free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", ws="none", lifespan=lifespan)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"served-{port}", daemon=True)
@@ -35,6 +35,6 @@ def serve_in_thread(app: Any, *, lifespan: Literal["on", "off"] = "off") -> Iter
         thread.join(timeout=15)
 
 
-def live_server(app: Any) -> AbstractContextManager[str]:
+def live_server(app: Any, port: int | None = None) -> AbstractContextManager[str]:
     """The whole service app, its lifespan (migrations, workers) included."""
-    return serve_in_thread(app, lifespan="on")
+    return serve_in_thread(app, lifespan="on", port=port)

@@ -84,6 +84,8 @@ class SendResult(Answer):
         default_factory=list, description="Recipients a reader was following: handed it now; the others read it later."
     )
     replayed: bool = False
+    # Present for a message to an agent the service wakes on a message: scheduled | steered | none.
+    wake: Literal["scheduled", "steered", "none"] | None = None
 
 
 class InboxMessage(Answer):

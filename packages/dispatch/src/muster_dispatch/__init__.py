@@ -24,6 +24,7 @@ from muster_dispatch.harness import (
     Command,
     CredentialPlan,
     Harness,
+    McpServer,
     credential_source,
 )
 from muster_dispatch.harnesses.claude import claude_harness
@@ -77,6 +78,7 @@ __all__ = [
     "JournalSink",
     "LocalProvider",
     "LoginFile",
+    "McpServer",
     "MemoryConversationStore",
     "Observation",
     "PodmanProvider",

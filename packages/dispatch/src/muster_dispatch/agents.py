@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from muster_dispatch.conversations import ConversationStore
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent
-from muster_dispatch.harness import Bootstrap, Command, Harness
+from muster_dispatch.harness import Bootstrap, Command, Harness, McpServer
 from muster_dispatch.inputs import AgentInput
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class CliAgent:
     storage: ConversationStore | None = None
     capture: bool = False
     name: str = ""
+    mcp_servers: tuple[McpServer, ...] = ()
     kind: Literal["cli"] = "cli"
 
     def request(self, input: AgentInput, *, executable: str | None = None) -> Command:
@@ -75,6 +76,7 @@ def cli_agent(
     storage: ConversationStore | None = None,
     capture: bool | None = None,
     name: str | None = None,
+    mcp_servers: Sequence[McpServer] = (),
 ) -> CliAgent:
     """An agent running ``harness``'s CLI. ``capture`` defaults to on when ``storage`` is given."""
     if not isinstance(harness, Harness):
@@ -93,6 +95,7 @@ def cli_agent(
         storage=storage,
         capture=storage is not None if capture is None else capture,
         name=name or default_name,
+        mcp_servers=tuple(mcp_servers),
     )
 
 

@@ -74,7 +74,7 @@ class BwrapProvider(LocalProvider):
         return super().sandbox(workspace)
 
     def argv(self, command: Command, sandbox: Sandbox) -> list[str]:
-        return [*self._confine(sandbox, command.program, ()), command.program, *command.args]
+        return [*self._confine(sandbox, command, ()), command.program, *command.args]
 
     async def start(self, command: Command, sandbox: Sandbox, env: Mapping[str, str]) -> LocalProcess:
         if not self.egress.proxied:
@@ -90,7 +90,7 @@ class BwrapProvider(LocalProvider):
                 python, f"{SANDBOX_SOCKET_DIR}/{SOCKET_NAME}", allowed, [command.program, *command.args]
             )
             binds = ((proxy.directory, Path(SANDBOX_SOCKET_DIR)), *((p, p) for p in python_binds))
-            process = await self.spawn([*self._confine(sandbox, command.program, binds), *inner], command, sandbox, env)
+            process = await self.spawn([*self._confine(sandbox, command, binds), *inner], command, sandbox, env)
         except BaseException:
             proxy.close()
             raise
@@ -100,7 +100,7 @@ class BwrapProvider(LocalProvider):
         process.on_close.append(proxy.close)
         return process
 
-    def _confine(self, sandbox: Sandbox, program: str, binds: Sequence[tuple[Path, Path]]) -> list[str]:
+    def _confine(self, sandbox: Sandbox, command: Command, binds: Sequence[tuple[Path, Path]]) -> list[str]:
         """bubblewrap's arguments up to ``--``; ``binds``: more (host, sandbox) paths bound read-only."""
         bwrap = self._bwrap or find_bwrap(self.executable)
         args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts"]
@@ -108,8 +108,9 @@ class BwrapProvider(LocalProvider):
             args.append("--unshare-net")
         args += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", *_system()]
         args += ["--tmpfs", "/tmp"]  # noqa: S108 (a tmpfs of the namespace's own)
-        install = _install_root(program)
-        for bound in (*self.read_only, *([install] if install is not None else [])):
+        install = _install_root(command.program)
+        extra = (Path(path) for path in command.read_only)
+        for bound in (*self.read_only, *([install] if install is not None else []), *extra):
             if bound.exists():
                 args += ["--ro-bind", str(bound), str(bound)]
         for host, inside in binds:

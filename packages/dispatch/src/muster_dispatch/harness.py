@@ -5,7 +5,8 @@ A harness is data plus pure functions (no disk, no processes): the provider and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +32,8 @@ class Command:
     # The id of the new conversation this command starts, for a CLI that takes it from its caller (Copilot's
     # ``--session-id``): known before the CLI prints a line, so a turn stopped early can still be resumed.
     conversation: str | None = None
+    # Host paths it needs besides the system's and its own install (an MCP server's runtime), bound read-only.
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,54 @@ class AgentConfiguration:
     files: Mapping[str, str] = field(default_factory=dict)  # path relative to the home -> content
     host_files: Mapping[str, str] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)  # e.g. CODEX_HOME; a value "~/x" is under the private home
+    # Written readable by their owner only (0600), e.g. a credential an MCP server reads: never in argv or env.
+    private_files: Mapping[str, str] = field(default_factory=dict)
+
+    def merged(self, other: AgentConfiguration) -> AgentConfiguration:
+        """Both configurations: a file both write is merged (JSON objects key by key, other text appended)."""
+        files = dict(self.files)
+        for rel, content in other.files.items():
+            files[rel] = merge_text(rel, files[rel], content) if rel in files else content
+        return AgentConfiguration(
+            files=files,
+            host_files={**self.host_files, **other.host_files},
+            env={**self.env, **other.env},
+            private_files={**self.private_files, **other.private_files},
+        )
+
+
+def merge_text(rel: str, first: str, second: str) -> str:
+    """Two contents of one configuration file: JSON objects merged one level deep, anything else appended."""
+    if rel.endswith(".json"):
+        a, b = json.loads(first), json.loads(second)
+        if isinstance(a, dict) and isinstance(b, dict):
+            return json.dumps(
+                {
+                    **a,
+                    **{
+                        k: {**a[k], **v} if isinstance(a.get(k), dict) and isinstance(v, dict) else v
+                        for k, v in b.items()
+                    },
+                }
+            )
+    return f"{first.rstrip()}\n\n{second}"
+
+
+@dataclass(frozen=True, slots=True)
+class McpServer:
+    """A stdio MCP server the CLI is given in its private configuration. A value of ``env`` starting with ``~/`` is a
+    path under the private home as the agent sees it (expanded before the harness writes it); ``private_files``
+    (relative to the home) are written 0600 before the CLI starts."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    private_files: Mapping[str, str] = field(default_factory=dict)
+    # In a sandbox: where the server connects (let through its egress) and what of the host it runs from (bound
+    # read-only), e.g. the service's address and the Python installation of ``muster``.
+    endpoints: tuple[Endpoint, ...] = ()
+    read_only: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +126,10 @@ class LiveDriver(Protocol):
     def feed(self, line: str) -> list[str]: ...
 
     def steer(self, text: str) -> list[str]: ...
+
+
+def private_files_of(servers: Sequence[McpServer]) -> dict[str, str]:
+    return {rel: content for server in servers for rel, content in server.private_files.items()}
 
 
 RequestFn = Callable[[AgentInput, "str | None", str], Command]  # (input, model, executable) -> Command
@@ -108,6 +163,8 @@ class Harness:
     transcript_usage: Callable[[str], Usage] | None = None
     executable: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)  # harness defaults, under every other source
+    # How the CLI is given MCP servers in its private configuration (None: the CLI takes none from us).
+    mcp: Callable[[Sequence[McpServer]], AgentConfiguration] | None = None
     # The final usage event is a running total for the whole conversation (Codex): on a resumed turn the runner
     # subtracts the total read from the session (``transcript_usage``) before the turn.
     cumulative_usage: bool = False

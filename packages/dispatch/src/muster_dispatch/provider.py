@@ -110,6 +110,8 @@ class LocalProvider:
             target = _under(sandbox.home, rel)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(host, target)
+        for rel, content in configuration.private_files.items():
+            write_private(_under(sandbox.home, rel), content)
         self._configured[(sandbox.id, agent)] = configuration
 
     def environment(
@@ -234,6 +236,21 @@ def _under(home: Path, rel: str) -> Path:
     if path.is_absolute() or ".." in path.parts:
         raise DispatchError("configuration", f"configuration file must stay under the home: {rel!r}")
     return home / path
+
+
+def write_private(target: Path, content: str) -> None:
+    """``content`` in ``target``, readable by its owner only from its creation, replaced atomically."""
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.{secrets.token_hex(4)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+            out.write(content)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
 
 
 def _merge_json(existing: str, new: str) -> str:

@@ -23,7 +23,7 @@ from muster_dispatch.errors import DispatchError, ReplayDivergence
 from muster_dispatch.event_stream import EventStream
 from muster_dispatch.events import AgentEvent
 from muster_dispatch.fallback import attempt_of, run_fallback
-from muster_dispatch.harness import Command, Harness
+from muster_dispatch.harness import Command, Harness, McpServer
 from muster_dispatch.host_login import CopiedLogin, copy_login, write_back
 from muster_dispatch.inputs import AgentInput, Continuation
 from muster_dispatch.journal import JournalSink
@@ -100,6 +100,7 @@ class Dispatch:
         self._replay_steered = 0
         self._login: CopiedLogin | None = None  # the host login copied for the CLI turn running now
         self._endpoints: tuple[Endpoint, ...] = ()  # the model endpoints of the CLI agent running now
+        self._read_only: tuple[str, ...] = ()  # what its MCP servers run from
 
     # ------------------------------------------------------------------ public surface
 
@@ -421,7 +422,9 @@ class Dispatch:
         before: Usage | None = None
         if harness.cumulative_usage and leg.continuation is not None:
             before = conversation_usage(agent, sandbox, leg.continuation.conversation) or Usage.missing()
-        command = replace(agent.request(leg, executable=executable), endpoints=self._endpoints)
+        command = replace(
+            agent.request(leg, executable=executable), endpoints=self._endpoints, read_only=self._read_only
+        )
         exit_code, stopped = await self._run_process(agent, leg, command, sandbox, env, state)
         if harness.cumulative_usage and state.conversation:
             # The session's own running total, read once the CLI is gone, replaces the streamed one: exact whatever
@@ -470,6 +473,12 @@ class Dispatch:
         plan = harness.credentials(visible)  # a local provider passes the key variables themselves
         configuration = harness.configuration(visible)
         self._endpoints = harness.endpoints(visible)
+        self._read_only = ()
+        if agent.mcp_servers and harness.mcp is not None:
+            servers = [_at_home(server, sandbox.agent_home) for server in agent.mcp_servers]
+            configuration = configuration.merged(harness.mcp(servers))
+            self._endpoints += tuple(endpoint for server in servers for endpoint in server.endpoints)
+            self._read_only = tuple(path for server in servers for path in server.read_only)
         provider.configure(sandbox, harness.name, configuration)
         if plan.host_login is not None:  # the user's own login, copied fresh for this turn
             self._login = copy_login(plan.host_login, sandbox.home, provider.host_home)
@@ -516,6 +525,12 @@ class Dispatch:
         finally:
             run.close()
             self._process = None
+
+
+def _at_home(server: McpServer, home: Path) -> McpServer:
+    """The server with its ``~/`` variables as paths under the home the agent sees."""
+    env = {name: str(home / value[2:]) if value.startswith("~/") else value for name, value in server.env.items()}
+    return replace(server, env=env)
 
 
 def _refusal(harness: Harness, input: AgentInput) -> DispatchError | None:

@@ -29,9 +29,10 @@ IDEMPOTENCY_KEY_PATTERN = rf"^[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX}}}$"
 # line breaks) and the bidirectional marks and overrides that make text display in another order than it is stored.
 CONTROLS = r"\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 
+AGENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"
 AgentId = Annotated[
     str,
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}$"),
+    StringConstraints(pattern=AGENT_ID_PATTERN),
     Field(description="Stable name of the agent session: letters, digits and . _ : @ -, at most 64 characters."),
 ]
 Label = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,63}$")]
@@ -174,6 +175,9 @@ class SendPreview(Strict):
     recipients: list[str] = Field(description="The inboxes that would store the message now.")
 
 
+WakeAnswer = Literal["scheduled", "steered", "none"]
+
+
 class SendResult(Strict):
     message_id: str | None = Field(description="None when no live agent matched: nothing was stored.")
     recipients: list[str]
@@ -185,6 +189,11 @@ class SendResult(Strict):
         "find it at their next inbox read.",
     )
     replayed: bool = Field(default=False, exclude=True)
+    wake: WakeAnswer | None = Field(
+        default=None,
+        description="Only for a direct message to an agent the service runs on a message (wake = true): whether "
+        "it starts a run of it (scheduled), is told to the run that is live (steered), or neither (none).",
+    )
 
 
 class InboxMessage(Strict):

@@ -104,6 +104,9 @@ class DispatchSettings(BaseSettings):
         validate_default=True,
     )
 
+    # Where the MCP server of a dispatched mesh member reaches the service; unset: this instance's own host and port.
+    service_url: str | None = Field(default=None, pattern=r"^https?://[^\s]+$")
+
     @property
     def renew_every(self) -> float:
         # A third of the lease: one missed renewal (a slow database) does not lose the run.

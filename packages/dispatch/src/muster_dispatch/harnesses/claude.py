@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,15 @@ from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_from_epoch
-from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harness import (
+    AgentConfiguration,
+    Bootstrap,
+    Command,
+    CredentialPlan,
+    Harness,
+    McpServer,
+    private_files_of,
+)
 from muster_dispatch.host_login import HostLogin, LoginFile
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import text_or_none as _s
@@ -307,6 +315,22 @@ def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
     return AgentConfiguration(files={".claude.json": _SETTINGS})
 
 
+def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
+    """User-scoped servers in the private ``.claude.json``, their tools allowed in the private settings (a headless
+    run has nobody to ask)."""
+    declared = {
+        s.name: {"type": "stdio", "command": s.command, "args": list(s.args), "env": dict(s.env)} for s in servers
+    }
+    allowed = {"permissions": {"allow": [f"mcp__{s.name}" for s in servers]}}
+    files = {".claude.json": json.dumps({"mcpServers": declared}), ".claude/settings.json": json.dumps(allowed)}
+    # A server's start (a Python process) can outlast Claude's default wait on a busy machine.
+    env = {"MCP_TIMEOUT": MCP_START_MS}
+    return AgentConfiguration(files=files, env=env, private_files=private_files_of(servers))
+
+
+MCP_START_MS = "120000"
+
+
 def project_dir(workspace: Path) -> str:
     """Claude keeps sessions per project: the workspace path with every non-alphanumeric character as '-'."""
     return re.sub(r"[^A-Za-z0-9]", "-", str(workspace))
@@ -369,6 +393,7 @@ def claude_harness(*, executable: str | Path | None = None, permission_mode: str
         requires_finished_event=True,
         credentials=credentials,
         configuration=configuration,
+        mcp=mcp_configuration,
         endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "claude"),
         resumable=True,

@@ -18,14 +18,22 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
-from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harness import (
+    AgentConfiguration,
+    Bootstrap,
+    Command,
+    CredentialPlan,
+    Harness,
+    McpServer,
+    private_files_of,
+)
 from muster_dispatch.harnesses.codex_common import (
     quota,
     retry_notice,
@@ -282,6 +290,20 @@ def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
     return AgentConfiguration(files={".codex/config.toml": "\n".join(lines) + "\n"}, env={"CODEX_HOME": "~/.codex"})
 
 
+def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
+    """``[mcp_servers.NAME]`` tables appended to the private ``config.toml``."""
+    lines: list[str] = []
+    for server in servers:
+        args = ", ".join(_toml(arg) for arg in server.args)
+        lines += [f"[mcp_servers.{server.name}]", f"command = {_toml(server.command)}", f"args = [{args}]"]
+        lines += ["startup_timeout_sec = 120", "tool_timeout_sec = 120", ""]
+        if server.env:
+            lines.append(f"[mcp_servers.{server.name}.env]")
+            lines += [f"{name} = {_toml(value)}" for name, value in server.env.items()]
+            lines.append("")
+    return AgentConfiguration(files={".codex/config.toml": "\n".join(lines)}, private_files=private_files_of(servers))
+
+
 def _number(variables: Mapping[str, str], name: str, default: str) -> str:
     value = variables.get(name, default)
     if not value.isdigit():
@@ -344,6 +366,7 @@ def codex_harness(*, executable: str | Path | None = None) -> Harness:
         requires_finished_event=True,
         credentials=credentials,
         configuration=configuration,
+        mcp=mcp_configuration,
         endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "codex"),
         resumable=True,

@@ -15,7 +15,7 @@ an ``opencode.json`` in the private home (``~/.config/opencode``), written from 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,15 @@ from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
 from muster_dispatch.faults import reset_in
-from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
+from muster_dispatch.harness import (
+    AgentConfiguration,
+    Bootstrap,
+    Command,
+    CredentialPlan,
+    Harness,
+    McpServer,
+    private_files_of,
+)
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import text_or_none as _s
 from muster_dispatch.usage import Usage, counter, usage
@@ -258,6 +266,16 @@ def configuration(variables: Mapping[str, str]) -> AgentConfiguration:
     return AgentConfiguration(files={".config/opencode/opencode.json": json.dumps(settings, indent=2)})
 
 
+def mcp_configuration(servers: Sequence[McpServer]) -> AgentConfiguration:
+    """Local servers under ``mcp`` in the private ``opencode.json``."""
+    declared = {
+        s.name: {"type": "local", "command": [s.command, *s.args], "environment": dict(s.env), "enabled": True}
+        for s in servers
+    }
+    files = {".config/opencode/opencode.json": json.dumps({"mcp": declared}, indent=2)}
+    return AgentConfiguration(files=files, private_files=private_files_of(servers))
+
+
 def session_globs(conversation: str) -> list[str]:
     # Every session lives in one SQLite database (with its write-ahead log).
     return [".local/share/opencode/opencode.db*"]
@@ -278,6 +296,7 @@ def opencode_harness(*, executable: str | Path | None = None) -> Harness:
         requires_finished_event=True,
         credentials=credentials,
         configuration=configuration,
+        mcp=mcp_configuration,
         endpoints=endpoints,
         bootstrap=Bootstrap(PACKAGE, VERSION, "opencode"),
         resumable=True,

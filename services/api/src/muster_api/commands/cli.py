@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 
@@ -24,14 +25,18 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings()
     host = args.host or settings.host
+    port = args.port or settings.port
     check_bind(settings, host)
+    # The app reads its settings from the environment (the factory below): it must see where it serves, which is
+    # where the MCP servers of its dispatched agents reach it.
+    os.environ["MUSTER_HOST"], os.environ["MUSTER_PORT"] = host, str(port)
     asyncio.run(check_config(settings))
     asyncio.run(check_database(settings, need_head=not settings.migrate_on_startup))
     uvicorn.run(
         "muster_api.app:app_from_env",
         factory=True,
         host=host,
-        port=args.port or settings.port,
+        port=port,
         reload=args.reload,
         log_level=settings.log_level.lower(),
         access_log=False,  # our Edge middleware writes one line per request

@@ -43,10 +43,9 @@ async def serve_workers(workers: int | None = None) -> None:
     from muster_api.db.engine import create_engine
     from muster_api.db.migrate import upgrade
     from muster_api.dispatch.component import running
-    from muster_api.mesh.component import make_store
+    from muster_api.mesh.component import running as mesh_running
     from muster_api.runtime import Runtime
     from muster_api.settings import DispatchSettings
-    from muster_mesh import Mesh
 
     settings = load_settings()
     configure(settings.log_level)
@@ -59,18 +58,17 @@ async def serve_workers(workers: int | None = None) -> None:
         if settings.migrate_on_startup:
             await upgrade(engine)
         runtime = Runtime(settings=settings, engine=engine)
-        # The claims a turn's changes are checked against: read from the same database as the service's mesh.
-        mesh_store = make_store(engine, runtime.dialect)
-        try:
-            claims = mesh_claims(Mesh(mesh_store, clock=runtime.now))
-            async with running(runtime, dispatch_settings, claims) as state:
-                log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for received in signals:
-                        log.info("muster worker %s: %s, stopping", state.instance, signal.Signals(received).name)
-                        break
-        finally:
-            await mesh_store.aclose()
+        # The mesh too: the agents that are its members join it while their runs run here, and each turn's changed
+        # paths are checked against its claims.
+        async with (
+            mesh_running(runtime) as mesh,
+            running(runtime, dispatch_settings, mesh.mesh, mesh.tasks, mesh_claims(mesh.mesh)) as state,
+        ):
+            log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for received in signals:
+                    log.info("muster worker %s: %s, stopping", state.instance, signal.Signals(received).name)
+                    break
     finally:
         await engine.dispose()
 

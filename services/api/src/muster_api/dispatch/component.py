@@ -5,6 +5,7 @@ died. ``muster serve`` runs it inside the app's lifespan; ``muster worker`` runs
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -23,7 +24,9 @@ from muster_api.configfile import read_config
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.dispatch.claims_watch import ClaimsLookup
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
+from muster_api.dispatch.membership import service_url
 from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.sleepers import Sleeper, foresee_wake, serve_sleepers
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.store_postgres import PostgresRunStore
 from muster_api.dispatch.worker import sweep_forever, work_forever
@@ -33,6 +36,8 @@ from muster_api.settings import DispatchSettings
 from muster_dispatch.egress import Egress
 from muster_dispatch.sandbox import SandboxProvider
 from muster_dispatch.sandboxes import SANDBOXES
+from muster_mesh import Mesh
+from muster_mesh.tasks import Tasks
 
 log = logging.getLogger("muster.dispatch")
 
@@ -48,7 +53,13 @@ class DispatchState:
     """What ``app.state.dispatch`` holds, and what every worker of this process shares."""
 
     def __init__(
-        self, runtime: Runtime, settings: DispatchSettings, config: Path, host_home: Path | None = None
+        self,
+        runtime: Runtime,
+        settings: DispatchSettings,
+        config: Path,
+        host_home: Path | None = None,
+        mesh: Mesh | None = None,
+        tasks: Tasks | None = None,
     ) -> None:
         self.runtime = runtime
         self.settings = settings
@@ -60,6 +71,13 @@ class DispatchState:
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
         self.host_home = host_home or runtime.settings.host_home
         self.agents = DispatchAgents()
+        # The mesh the agents of runs join (``mesh = {…}``), and where their MCP server reaches this service.
+        self.mesh = mesh
+        self.tasks = tasks
+        self.sleepers: dict[str, Sleeper] = {}  # the agents with wake = true, by name (sleepers.py)
+        service = runtime.settings
+        self.mcp_url = service_url(settings.service_url, service.host, service.port)
+        self.mcp_api_key = service.api_keys[0].get_secret_value() if service.api_keys else None
         self._providers: dict[tuple[str, Egress], SandboxProvider] = {}
         # The path claims a turn's changes are checked against: composed by the service from the mesh (None: none).
         self.claims: ClaimsLookup | None = None
@@ -96,10 +114,18 @@ class DispatchState:
 
 @asynccontextmanager
 async def running(
-    runtime: Runtime, settings: DispatchSettings | None = None, claims: ClaimsLookup | None = None
+    runtime: Runtime,
+    settings: DispatchSettings | None = None,
+    mesh: Mesh | None = None,
+    tasks: Tasks | None = None,
+    claims: ClaimsLookup | None = None,
 ) -> AsyncIterator[DispatchState]:
-    """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit."""
-    state = DispatchState(runtime, settings or runtime.settings.dispatch, runtime.settings.config)
+    """The capability, started: agents loaded, notifier listening, workers and the sweep running until exit. With
+    ``mesh``, the agents that are members join it while they run; with ``claims``, each turn's changed paths are
+    checked against them."""
+    state = DispatchState(
+        runtime, settings or runtime.settings.dispatch, runtime.settings.config, mesh=mesh, tasks=tasks
+    )
     state.claims = claims
     try:
         await state.reload()
@@ -110,6 +136,7 @@ async def running(
         for index in range(state.settings.workers):
             group.start_soon(work_forever, state, f"{state.instance}/{index}")
         group.start_soon(sweep_forever, state)
+        group.start_soon(serve_sleepers, state)
         try:
             yield state
         finally:
@@ -118,6 +145,8 @@ async def running(
 
 @asynccontextmanager
 async def lifespan(app: FastAPI, runtime: Runtime, claims: ClaimsLookup | None = None) -> AsyncIterator[None]:
-    async with running(runtime, claims=claims) as state:
+    mesh, tasks = getattr(app.state, "mesh", None), getattr(app.state, "tasks", None)
+    async with running(runtime, mesh=mesh, tasks=tasks, claims=claims) as state:
         app.state.dispatch = state
+        app.state.wake_probe = functools.partial(foresee_wake, state)
         yield

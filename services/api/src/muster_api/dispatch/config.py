@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -28,6 +28,7 @@ from muster_a2a.config import expand_env
 from muster_dispatch import (
     ConversationStore,
     DispatchError,
+    McpServer,
     claude_harness,
     cli_agent,
     cli_status,
@@ -44,6 +45,7 @@ from muster_dispatch.agents import Agent, CustomFn, DispatchAgent
 from muster_dispatch.egress import Egress
 from muster_dispatch.harness import Harness
 from muster_dispatch.sandboxes import SandboxName, check_egress, default_sandbox
+from muster_mesh.models import AGENT_ID_PATTERN, MAX_CAPS, AgentId, Label, Repo
 
 BLOCK = "dispatch_agents"
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
@@ -76,6 +78,37 @@ def _served(value: Any) -> Any:
 Served = Annotated[ServedOptions | None, BeforeValidator(_served)]
 
 
+class MeshMembership(BaseModel):
+    """``mesh = true`` or ``mesh = {agent_id?, role?, repo?, caps?}``: while a run of the agent is running, the agent
+    is checked in to the mesh under ``agent_id`` (default: the agent's name; ``repo`` default: the run's workspace),
+    and a CLI agent gets ``muster mcp`` bound to that identity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent_id: AgentId | None = None
+    role: Label = "builder"
+    repo: Repo | None = None
+    caps: list[Label] = Field(default_factory=list, max_length=MAX_CAPS)
+
+
+class ServeTasks(BaseModel):
+    """``serve_tasks = {role, repo?, max_parallel}``: this service's workers claim the tasks addressed to ``role``
+    (and ``repo``) and run each as a run of the agent, at most ``max_parallel`` at once per instance."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Label
+    repo: Repo | None = None
+    max_parallel: int = Field(default=1, ge=1, le=16)
+
+
+def _membership(value: Any) -> Any:
+    return MeshMembership() if value is True else None if value is False else value
+
+
+Membership = Annotated[MeshMembership | None, BeforeValidator(_membership)]
+
+
 class CliEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -87,6 +120,10 @@ class CliEntry(BaseModel):
     sandbox: SandboxName | None = None
     egress: EgressSetting | None = None
     a2a: Served = None
+    mesh: Membership = None
+    wake: bool = False
+    wake_interval: float = Field(default=30.0, ge=1, le=86400)
+    serve_tasks: ServeTasks | None = None
 
 
 class FallbackEntry(BaseModel):
@@ -98,6 +135,10 @@ class FallbackEntry(BaseModel):
     sandbox: SandboxName | None = None
     egress: EgressSetting | None = None
     a2a: Served = None
+    mesh: Membership = None
+    wake: bool = False
+    wake_interval: float = Field(default=30.0, ge=1, le=86400)
+    serve_tasks: ServeTasks | None = None
 
 
 class CustomEntry(BaseModel):
@@ -106,6 +147,10 @@ class CustomEntry(BaseModel):
     kind: Literal["custom"]
     entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN)
     a2a: Served = None
+    mesh: Membership = None
+    wake: bool = False
+    wake_interval: float = Field(default=30.0, ge=1, le=86400)
+    serve_tasks: ServeTasks | None = None
 
 
 Entry = Annotated[CliEntry | FallbackEntry | CustomEntry, Field(discriminator="kind")]
@@ -137,6 +182,40 @@ class AgentDefinition:
         return self.entry.a2a if self.entry is not None and self.error is None else None
 
     @property
+    def membership(self) -> MeshMembership | None:
+        """How the agent joins the mesh while it runs (``wake`` implies it); None when it does not (or its entry is
+        wrong)."""
+        if self.entry is None or self.error is not None:
+            return None
+        serve = self.entry.serve_tasks
+        if serve is not None:  # a pool claims as an agent of the role it serves
+            base = self.entry.mesh or MeshMembership()
+            return base.model_copy(update={"role": serve.role, "repo": serve.repo or base.repo})
+        return self.entry.mesh or (MeshMembership() if self.entry.wake else None)
+
+    @property
+    def serves(self) -> ServeTasks | None:
+        return self.entry.serve_tasks if self.entry is not None and self.error is None else None
+
+    @property
+    def kept(self) -> bool:
+        """Kept on the mesh while the service serves it, between its runs too (``wake`` or ``serve_tasks``)."""
+        return self.wakes or self.serves is not None
+
+    @property
+    def wakes(self) -> bool:
+        """Kept on the mesh between runs and woken by a message (``wake = true``)."""
+        return self.entry is not None and self.error is None and self.entry.wake
+
+    @property
+    def wake_interval(self) -> float:
+        return self.entry.wake_interval if self.entry is not None else 30.0
+
+    def mesh_agent_id(self) -> str | None:
+        membership = self.membership
+        return None if membership is None else membership.agent_id or self.name
+
+    @property
     def sandbox(self) -> SandboxName | None:
         """Where its runs execute; None for a custom agent (it runs in the service's own process)."""
         entry = self.entry
@@ -164,8 +243,10 @@ class DispatchAgents:
     def get(self, name: str) -> AgentDefinition | None:
         return self.definitions.get(name)
 
-    def build(self, name: str, storage: ConversationStore | None) -> DispatchAgent:
-        """A fresh package agent for one run (CLI agents get the conversation storage)."""
+    def build(
+        self, name: str, storage: ConversationStore | None, *, mcp_servers: Sequence[McpServer] = ()
+    ) -> DispatchAgent:
+        """A fresh package agent for one run (CLI agents get the conversation storage, and the MCP servers)."""
         definition = self.definitions.get(name)
         if definition is None:
             raise DispatchError("configuration", f"no dispatch agent {name!r}", {"field": "agent"})
@@ -175,14 +256,19 @@ class DispatchAgents:
         if isinstance(entry, FallbackEntry):
             members: list[Agent] = []
             for member in entry.agents:
-                built = self.build(member, storage)
+                built = self.build(member, storage, mcp_servers=mcp_servers)
                 if built.kind == "fallback":  # refused when parsed; kept as a check for the type
                     raise DispatchError("configuration", f"nested fallback member {member!r}", {"field": "agent"})
                 members.append(built)
             return fallback_agent(members, on=entry.on, name=name)
         if isinstance(entry, CliEntry):
             return cli_agent(
-                harness_of(entry), model=entry.model, variables=entry.variables, storage=storage, name=name
+                harness_of(entry),
+                model=entry.model,
+                variables=entry.variables,
+                storage=storage,
+                name=name,
+                mcp_servers=mcp_servers,
             )
         assert definition.fn is not None
         return custom_agent(definition.fn, name=name)
@@ -256,6 +342,14 @@ def _definition(name: str, raw: Any, env: Mapping[str, str] | None) -> AgentDefi
             variables = {key: expand_env(value, env) for key, value in entry.variables.items()}
             entry = entry.model_copy(update={"variables": variables})
             cli_agent(harness_of(entry), model=entry.model, variables=variables)  # the package's own checks
+        if (
+            (entry.mesh is not None or entry.wake or entry.serve_tasks is not None)
+            and (entry.mesh is None or entry.mesh.agent_id is None)
+            and not re.match(AGENT_ID_PATTERN, name)
+        ):
+            raise AgentConfigError(
+                f"mesh.agent_id: the name {name!r} is no agent_id (rule {AGENT_ID_PATTERN}): give one"
+            )
         if isinstance(entry, CustomEntry):
             return AgentDefinition(name, entry.kind, entry, fn=_import(entry.entrypoint))
     except (AgentConfigError, DispatchError) as exc:

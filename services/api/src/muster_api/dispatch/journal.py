@@ -7,6 +7,7 @@ a lone event leaves at once. ``flush`` returns once everything recorded is store
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -28,6 +29,8 @@ class SqlJournal:
         self._pending: list[Observation] = []
         self._lock = anyio.Lock()
         self._ring = anyio.Event()
+        # Told of each event as it is recorded (the run's presence on the mesh); must not block or raise.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
 
     @classmethod
     async def open(cls, store: SqlRunStore, run_id: str, clock: Clock) -> SqlJournal:
@@ -44,6 +47,8 @@ class SqlJournal:
         self._observations.append(observation)
         self._pending.append(observation)
         self._ring.set()
+        for observer in self.observers:
+            observer(event)
         return observation
 
     @property

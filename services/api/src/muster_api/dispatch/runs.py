@@ -3,10 +3,11 @@ steer and cancel a run wherever its worker is (a control row the worker is woken
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy.exc import IntegrityError
 
+from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import (
     RunConflictError,
     RunFinishedError,
@@ -15,12 +16,26 @@ from muster_api.dispatch.errors import (
     WorkspaceBusyError,
 )
 from muster_api.dispatch.models import Run, RunIn
-from muster_api.dispatch.store import new_run_id
+from muster_api.dispatch.store import SqlRunStore, new_run_id
 from muster_api.dispatch.workspaces import resolve_workspace
+from muster_api.runtime import Runtime
+from muster_api.settings import DispatchSettings
 from muster_dispatch import DispatchError
 
-if TYPE_CHECKING:
-    from muster_api.dispatch.component import DispatchState
+
+class DispatchState(Protocol):
+    """What the run requests need of the capability (``component.DispatchState`` is one; so is what a sleeper or a
+    pool holds): named here, so that this module imports nothing that starts the capability."""
+
+    @property
+    def store(self) -> SqlRunStore: ...
+    @property
+    def agents(self) -> DispatchAgents: ...
+    @property
+    def settings(self) -> DispatchSettings: ...
+    @property
+    def runtime(self) -> Runtime: ...
+
 
 # What an idempotent retry must repeat exactly.
 _COMPARED = ("agent", "prompt", "workspace", "request", "deadline_s")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, LargeBinary, PrimaryKeyConstraint, String, Table, Text
+from sqlalchemy import Boolean, Column, Float, Index, Integer, LargeBinary, PrimaryKeyConstraint, String, Table, Text
 
 from muster_api.db.schema import JSONDocument, UTCDateTime, metadata
 
@@ -84,4 +84,17 @@ conversation_files = Table(
     PrimaryKeyConstraint("harness", "conversation", "path"),
 )
 
-__all__ = ["controls", "conversation_files", "conversations", "events", "metadata", "runs"]
+# Agents with ``wake = true``: the mesh session the service keeps for each between its runs (its token, which every
+# instance renews and a run's MCP server is given), the last wake (at most one per interval, decided by the UPDATE that
+# sets it, whichever instance asks), and a wake owed once the active run ends.
+sleepers = Table(
+    "dispatch_sleepers",
+    metadata,
+    Column("agent_id", String(64), primary_key=True),
+    Column("agent", String(200), nullable=False),
+    Column("token", String(200), nullable=True),
+    Column("last_wake_at", UTCDateTime, nullable=True),
+    Column("pending", Boolean, nullable=False),
+)
+
+__all__ = ["controls", "conversation_files", "conversations", "events", "metadata", "runs", "sleepers"]

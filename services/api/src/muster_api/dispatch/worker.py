@@ -22,8 +22,10 @@ from muster_api.dispatch.claims_watch import ClaimsLookup, warn_of_claims
 from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
+from muster_api.dispatch.membership import Member, RunPresence, muster_executable
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key, shielded
+from muster_api.dispatch.sleepers import Sleeper
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.workspaces import resolve_workspace
 from muster_api.settings import DispatchSettings
@@ -33,12 +35,14 @@ from muster_dispatch import (
     Continuation,
     Dispatch,
     DispatchError,
+    McpServer,
     TurnResult,
     dispatch,
     replay_agent,
 )
 from muster_dispatch.agents import DispatchAgent
 from muster_dispatch.sandbox import SandboxProvider
+from muster_mesh import Mesh, MeshError
 
 log = logging.getLogger("muster.dispatch.worker")
 
@@ -67,6 +71,14 @@ class WorkerState(Protocol):
     def agents(self) -> DispatchAgents: ...
     @property
     def claims(self) -> ClaimsLookup | None: ...
+    @property
+    def mesh(self) -> Mesh | None: ...
+    @property
+    def sleepers(self) -> dict[str, Sleeper]: ...
+    @property
+    def mcp_url(self) -> str: ...
+    @property
+    def mcp_api_key(self) -> str | None: ...
 
 
 def _json(value: Any) -> Any:
@@ -116,17 +128,55 @@ async def sweep_forever(state: WorkerState) -> None:
             log.exception("dispatch sweep failed; retrying")
 
 
-async def _prepare(state: WorkerState, run: Run) -> tuple[DispatchAgent, AgentInput, Path]:
+async def _prepare(
+    state: WorkerState, run: Run, presence: RunPresence | None
+) -> tuple[DispatchAgent, AgentInput, Path]:
     workspace = resolve_workspace(state.settings.workspaces_root, run.workspace)
     if run.replay_of is not None:
         source = await SqlJournal.open(state.store, run.replay_of, state.now)
         replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
         return replay, AgentInput(run.prompt), workspace
-    agent = state.agents.build(run.agent, state.conversations)
+    servers = [] if presence is None else _mcp_servers(state, presence)
+    agent = state.agents.build(run.agent, state.conversations, mcp_servers=servers)
     continuation = None
     if run.continuation is not None:
         continuation = Continuation(str(run.continuation["conversation"]), bool(run.continuation.get("fork")))
     return agent, AgentInput(run.prompt, continuation, run.live_input), workspace
+
+
+def _mcp_servers(state: WorkerState, presence: RunPresence) -> list[McpServer]:
+    executable = muster_executable()
+    if executable is None:
+        log.warning("no muster executable found: %s runs without the mesh tools", presence.member.agent_id)
+        return []
+    return [presence.mcp_server(state.mcp_url, state.mcp_api_key, executable)]
+
+
+async def _join(state: WorkerState, run: Run, journal: SqlJournal) -> RunPresence | None:
+    """The run's agent checked in to the mesh, when its definition makes it a member (and this process has the
+    mesh); a check-in refused (the agent_id held by a live session elsewhere) is a warning and the run goes on."""
+    definition = state.agents.get(run.agent)
+    membership = definition.membership if definition is not None and run.replay_of is None else None
+    if membership is None or state.mesh is None or definition is None:
+        return None
+    agent_id = definition.mesh_agent_id()
+    assert agent_id is not None
+    member = Member(agent_id, membership.role, membership.repo or run.workspace, tuple(membership.caps))
+    sleeper = state.sleepers.get(run.agent)
+    try:
+        with shielded():
+            token = await sleeper.renew() if sleeper is not None else None
+            stays = sleeper.idle_status if sleeper is not None else None
+            presence = RunPresence(
+                state.mesh, member, renew_every=state.settings.renew_every, token=token, stays_as=stays
+            )
+            await presence.checkin()
+    except MeshError as exc:
+        text = f"not checked in to the mesh as {agent_id}: {exc}"
+        journal.record("harness", {"agent": run.agent}, AgentEvent("warning", text=text, code="mesh").to_dict())
+        return None
+    journal.observers.append(presence.observe)
+    return presence
 
 
 def outcome(result: TurnResult, finished_at: Any) -> dict[str, Any]:
@@ -149,18 +199,35 @@ def failed(error: DispatchError | RunRequestError, finished_at: Any) -> dict[str
 
 async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) -> tuple[Run, bool] | None:
     """Run it and store its end; the next run, claimed for this worker by the same write (None when none was
-    queued)."""
+    queued). A member of the mesh is checked in for the run and out before its end is stored."""
+    journal = SqlJournal(state.store, run.id, state.now)
+    with shielded():
+        presence = await _join(state, run, journal)
+    claimed = await _execute(state, run, has_controls, owner, journal, presence)
+    sleeper = state.sleepers.get(run.agent)
+    if sleeper is not None:
+        try:
+            with shielded():
+                await sleeper.after_run()
+        except Exception:
+            log.exception("the wake owed to the end of run %s failed", run.id)
+    return claimed
+
+
+async def _execute(
+    state: WorkerState, run: Run, has_controls: bool, owner: str, journal: SqlJournal, presence: RunPresence | None
+) -> tuple[Run, bool] | None:
     now = state.now
-    journal = SqlJournal(state.store, run.id, now)
     try:
         with shielded():
-            agent, input, workspace = await _prepare(state, run)
+            agent, input, workspace = await _prepare(state, run, presence)
         provider = state.provider(run.agent if run.replay_of is None else None)
         running = dispatch(
             agent, input, workspace=workspace, provider=provider, deadline=run.deadline_s, journal=journal
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
+            await _leave(presence)
             return await _end(state, run, owner, failed(exc, now()), journal)
     values: dict[str, Any] | None = None
     claimed: tuple[Run, bool] | None = None
@@ -169,6 +236,8 @@ async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) 
             group.start_soon(journal.keep_flushing)
             group.start_soon(_follow_controls, state, run, running, journal, has_controls)
             group.start_soon(_keep_lease, state, run, owner, running)
+            if presence is not None:
+                group.start_soon(presence.keep)
             try:
                 values = outcome(await running.result(), now())
             except DispatchError as exc:  # a replay that diverged or ran out
@@ -179,6 +248,7 @@ async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) 
             group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            await _leave(presence)
             if values is None:  # shut down mid-run: nothing may keep running, and nobody will finish it later
                 await running.cancel()
                 error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
@@ -190,6 +260,12 @@ async def execute(state: WorkerState, run: Run, has_controls: bool, owner: str) 
             else:
                 claimed = await _end(state, run, owner, values, journal)
     return claimed
+
+
+async def _leave(presence: RunPresence | None) -> None:
+    if presence is not None:
+        with anyio.move_on_after(5):  # else the lease lapses by itself
+            await presence.checkout()
 
 
 def ending(run: Run, values: dict[str, Any], last_seq: int) -> RunEnd:

@@ -151,6 +151,11 @@ async def agent_inbox(session: AgentSession, arguments: dict[str, Any]) -> str:
 async def agent_checkout(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.CheckoutArgs.model_validate(arguments)
     agent_id = session.require()
+    if session.bound is not None:
+        raise ToolRefused(
+            f"{agent_id} is checked in by the service for the run you are in, which checks it out when the run ends: "
+            "there is nothing to check out"
+        )
     await session.flush()
     answer = await session.client.checkout(confirm=args.confirm)
     if isinstance(answer, CheckoutPreview):

@@ -19,6 +19,7 @@ from mcp.server.lowlevel import Server
 from muster_api import __version__
 from muster_api.commands.eventloop import loop_options
 from muster_api.mcp import handlers, tools
+from muster_api.mcp.bound import BoundIdentity
 from muster_api.mcp.session import AgentSession
 from muster_api.mcp.settings import McpSettings
 from muster_api.mcp.stdio import stdio_streams
@@ -104,11 +105,15 @@ def build_server(muster: MusterTools) -> Server[Any]:
 
 async def serve(settings: McpSettings) -> None:
     """Serve MCP on stdin/stdout until the host closes stdin; then acknowledge what was delivered and stop."""
+    bound = BoundIdentity.load(settings.mcp_identity_file) if settings.mcp_identity_file else None
+    url, api_key = (bound.url, bound.api_key) if bound else (settings.url, settings.api_key)
     async with (
-        AsyncMusterClient(settings.url, api_key=settings.api_key) as client,
+        AsyncMusterClient(url, api_key=api_key) as client,
         anyio.create_task_group() as group,
     ):
         session = AgentSession(settings, client, group)
+        if bound is not None:
+            session.bind(bound.agent_id, bound.token)
         server = build_server(MusterTools(session))
         async with stdio_streams() as (read, write):
             await server.run(read, write, server.create_initialization_options())

@@ -44,8 +44,21 @@ class AgentSession:
         self.pane: str | None = None
         self._wake_scope: anyio.CancelScope | None = None
         self._lock = anyio.Lock()
+        self.bound: str | None = None  # the one agent this server may act as (set by the service that runs it)
         if settings.agent_id:
             self._resume(settings.agent_id)
+
+    def bind(self, agent_id: str, token: str) -> None:
+        """Act as ``agent_id`` (already checked in by the service) from the first call, and as no other."""
+        self.bound = self.agent_id = agent_id
+        self.client.token = token
+
+    def refuse_unbound(self, agent_id: str) -> None:
+        if self.bound is not None and agent_id != self.bound:
+            raise ToolRefused(
+                f"this MCP server is bound to agent {self.bound!r} by the service running you: you are already "
+                f"checked in as {self.bound!r} and cannot act as {agent_id!r}"
+            )
 
     def _resume(self, agent_id: str) -> None:
         token = self.identities.load(agent_id)
@@ -92,6 +105,7 @@ class AgentSession:
 
     async def checkin(self, args: CheckinArgs) -> tuple[CheckinPreview | CheckinRecord, list[str]]:
         """Check in under ``args.agent_id`` with the token kept for it (if any); returns the answer and warnings."""
+        self.refuse_unbound(args.agent_id)
         pane = self.check_pane(args.herdr_pane) if args.herdr_pane is not None else None
         async with self._lock:
             switching = args.agent_id != self.agent_id

@@ -21,7 +21,7 @@ def default_state_dir() -> Path:
 class McpSettings(BaseSettings):
     """``MUSTER_URL``, ``MUSTER_API_KEY`` (as the client reads them), ``MUSTER_AGENT_ID`` (resume that identity at
     start, without a check-in), ``MUSTER_MCP_WAKE_INTERVAL_SECONDS`` (at most one Herdr wake per this many seconds),
-    ``MUSTER_MCP_STATE_DIR`` (where session tokens are kept)."""
+    ``MUSTER_MCP_STATE_DIR`` (where session tokens are kept), ``MUSTER_MCP_IDENTITY_FILE`` (bound to one agent)."""
 
     model_config = SettingsConfigDict(env_prefix="MUSTER_", extra="ignore", frozen=True)
 
@@ -31,3 +31,5 @@ class McpSettings(BaseSettings):
     mcp_wake_interval_seconds: float = Field(default=DEFAULT_MIN_INTERVAL, gt=0)
     mcp_wake_settle_seconds: float = Field(default=0.25, ge=0, le=5)
     mcp_state_dir: Path = Field(default_factory=default_state_dir)
+    # Set by the service for a dispatched run: the 0600 file of the identity this server is bound to (bound.py).
+    mcp_identity_file: Path | None = None

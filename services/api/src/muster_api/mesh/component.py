@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskGroup
@@ -69,23 +70,41 @@ async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[S
     yield make_store(runtime.engine, runtime.dialect), pg
 
 
+@dataclass(frozen=True)
+class MeshParts:
+    mesh: Mesh
+    tasks: Tasks
+    search: MeshSearch
+    threads: MeshThreads
+
+
 @asynccontextmanager
-async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
+async def running(runtime: Runtime) -> AsyncIterator[MeshParts]:
+    """The mesh on the service's database, its notifier and its sweeper, until exit."""
     settings = runtime.settings.mesh
     parts = runtime.dialect.pick(sqlite=_on_sqlite, postgresql=_on_postgres)
     async with anyio.create_task_group() as tg, parts(runtime, tg) as (store, notifier):
         try:
             # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
-            app.state.mesh = mesh
-            app.state.tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
-            app.state.search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect))
-            app.state.threads = MeshThreads(mesh, SqlThreads(runtime.engine))
+            tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
+            search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect))
+            threads = MeshThreads(mesh, SqlThreads(runtime.engine))
             tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
             try:
-                yield
+                yield MeshParts(mesh, tasks, search, threads)
             finally:
                 tg.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
                 await store.aclose()
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI, runtime: Runtime) -> AsyncIterator[None]:
+    async with running(runtime) as parts:
+        app.state.mesh = parts.mesh
+        app.state.tasks = parts.tasks
+        app.state.search = parts.search
+        app.state.threads = parts.threads
+        yield

@@ -23,7 +23,7 @@ from fastapi.responses import Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel
 
-from muster_api.web.deps import mesh_of
+from muster_api.web.deps import WakeProbe, mesh_of, wake_probe_of
 from muster_api.web.etag import conditional
 from muster_api.web.leanroute import Direct, LeanRoute
 from muster_mesh import (
@@ -106,6 +106,7 @@ class Call:
     mesh: Mesh
     token: str | None
     key: str | None
+    wake: WakeProbe | None = None
 
 
 class Caller(Direct):
@@ -132,7 +133,7 @@ class Caller(Direct):
                 "Idempotency-Key must be 1 to 128 printable ASCII characters without spaces",
                 errors=[{"field": "Idempotency-Key", "rule": "string_pattern_mismatch", "message": "bad key"}],
             )
-        return Call(mesh_of(request), token, key)
+        return Call(mesh_of(request), token, key, wake_probe_of(request))
 
     def _refuse_unknown(self, request: Request) -> None:
         unknown = sorted(set(request.query_params) - self.known)
@@ -229,7 +230,12 @@ async def send(body: SendRequest, call: Annotated[Call, Depends(Caller())]) -> R
         if body.idempotency_key is not None and body.idempotency_key != call.key:
             raise InvalidRequest("idempotency_key in the body and the Idempotency-Key header differ")
         body = body.model_copy(update={"idempotency_key": call.key})
-    return answer(await call.mesh.send(body, token=call.token))
+    result = await call.mesh.send(body, token=call.token)
+    if isinstance(result, SendResult) and body.to is not None and result.stored and call.wake is not None:
+        wake = await call.wake(body.to)
+        if wake is not None:
+            result = result.model_copy(update={"wake": wake})
+    return answer(result, exclude=None if isinstance(result, SendResult) and result.wake else {"wake"})
 
 
 MessageId = Annotated[str, Path(pattern=MESSAGE_ID_PATTERN, description="`message_id` of a send's answer.")]

@@ -10,12 +10,13 @@ a thread hop on every request for an attribute read.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from fastapi import Depends, Request
 
 from muster_api.runtime import Runtime
 from muster_mesh import Mesh
+from muster_mesh.models import WakeAnswer
 
 if TYPE_CHECKING:
     from muster_api.a2a.component import A2AState
@@ -32,6 +33,18 @@ def mesh_of(request: Request) -> Mesh:
     the request itself: a plain function, since a lean route computes that dependency without awaiting anything."""
     mesh: Mesh = request.app.state.mesh
     return mesh
+
+
+class WakeProbe(Protocol):
+    """What a direct message to ``agent_id`` will do to it when the service wakes it on a message (the dispatch
+    capability answers); None for any other agent."""
+
+    async def __call__(self, agent_id: str) -> WakeAnswer | None: ...
+
+
+def wake_probe_of(request: Request) -> WakeProbe | None:
+    probe: WakeProbe | None = getattr(request.app.state, "wake_probe", None)
+    return probe
 
 
 async def get_a2a(request: Request) -> A2AState:

@@ -1,0 +1,138 @@
+"""Wake by message: an agent with ``wake = true`` sleeps on the mesh between its runs, and a message to it starts ONE
+run of the REAL Codex CLI that continues its last conversation, prompted with the count of messages, never their
+text; a message while a live-input run of it is running is steered into that run."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from muster_api.app import create_app
+from muster_api.dispatch.sleepers import ASLEEP, wake_prompt
+from muster_api.settings import Settings
+from muster_client import MusterClient
+from tests.dispatch.cli.support import user_texts
+from tests.dispatch.conftest import InstalledClis
+from tests.dispatch.fakes.openai import FakeOpenAI
+from tests.dispatch.fakes.plans import Reply
+from tests.runs.support import finished, start
+from tests.runs.test_cli_runs import _until, codex
+from tests.runs.test_membership import member_service, roster_entry, until
+from tests.support.live import live_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+async def runs_of(client: httpx.AsyncClient, agent: str) -> list[dict[str, Any]]:
+    response = await client.get("/dispatch/runs", params={"agent": agent})
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["runs"]
+    return sorted(found, key=lambda run: run["id"])
+
+
+def asleep(url: str, agent_id: str) -> bool:
+    entry = roster_entry(url, agent_id)
+    return entry is not None and entry.alive and entry.status == ASLEEP
+
+
+async def test_a_burst_of_messages_wakes_one_run_that_continues_the_conversation(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    fake_openai: FakeOpenAI,
+) -> None:
+    agents = {"sleepy": {**codex(fake_openai.url), "wake": True}}
+    async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
+        await until(lambda: asleep(url, "sleepy"), "the agent asleep on the roster before any run")
+        fake_openai.script.plan(Reply(text="Noted: the word is PELICAN."), Reply(text="Woken and done."))
+        first = await finished(
+            client, (await start(client, agent="sleepy", prompt="Remember PELICAN", workspace="nest"))["id"]
+        )
+        assert first["status"] == "completed" and first["conversation"], first
+        await until(lambda: asleep(url, "sleepy"), "asleep again after its run")
+        with MusterClient(url) as person:
+            person.checkin("person", confirm=True)
+            answers = [person.send(f"private body {n}", to="sleepy", confirm=True) for n in range(20)]
+            assert {getattr(a, "wake", None) for a in answers} == {"scheduled"}
+            other = person.send("not for a sleeper", to="person", confirm=True)
+            assert getattr(other, "wake", "absent") is None, "no wake for an agent the service does not run"
+        woken = (await until(lambda: len(_runs_now(url, "sleepy")) == 2 and _runs_now(url, "sleepy"), "a wake"))[-1]
+        done = await finished(client, woken["id"])
+        assert done["status"] == "completed" and done["text"] == "Woken and done.", done
+        assert done["prompt"] == wake_prompt(20) and "private body" not in done["prompt"]
+        assert (done["workspace"], done["continuation"]["conversation"]) == ("nest", first["conversation"])
+        request = fake_openai.script.model_requests()[-1]
+        assert "Remember PELICAN" in user_texts(request), "the woken run continues the earlier turn"
+        assert "private body" not in json.dumps(request.body)
+        await until(lambda: asleep(url, "sleepy"), "asleep again after the woken run")
+        assert len(await runs_of(client, "sleepy")) == 2, "a burst is one run"
+
+
+def _runs_now(url: str, agent: str) -> list[dict[str, Any]]:
+    with httpx.Client(base_url=url) as plain:
+        found: list[dict[str, Any]] = plain.get("/dispatch/runs", params={"agent": agent}).json()["runs"]
+    return sorted(found, key=lambda run: run["id"])
+
+
+async def test_a_message_during_a_live_input_run_steers_it(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    fake_openai: FakeOpenAI,
+) -> None:
+    agents = {"lively": {**codex(fake_openai.url), "wake": True}}
+    gate = threading.Event()
+    fake_openai.script.plan(Reply(text="Working.", gate=gate), Reply(text="Read the inbox."))
+    try:
+        async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
+            await until(lambda: asleep(url, "lively"), "the agent asleep on the roster")
+            run = await start(client, agent="lively", prompt="Work on it", workspace="desk", live_input=True)
+            await _until(client, run["id"], "conversation")
+            await until(lambda: fake_openai.script.model_requests(), "the held first answer: the turn is running")
+            with MusterClient(url) as person:
+                person.checkin("person", confirm=True)
+                sent = person.send("a private note", to="lively", confirm=True)
+                assert getattr(sent, "wake", None) == "steered"
+            await _until(client, run["id"], "turn.steer")  # the wake went into the running CLI
+            gate.set()
+            done = await finished(client, run["id"])
+            assert done["status"] == "completed" and done["text"] == "Read the inbox.", done
+            assert len(await runs_of(client, "lively")) == 1, "steered, not woken into another run"
+    finally:
+        gate.set()
+    texts = user_texts(fake_openai.script.model_requests()[-1])
+    assert wake_prompt(1) in texts and not any("a private note" in text for text in texts)
+
+
+@pytest.mark.postgres
+async def test_two_instances_wake_an_agent_once(
+    postgres_server: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    fake_openai: FakeOpenAI,
+) -> None:
+    """Both instances follow the sleeping agent's inbox (LISTEN/NOTIFY) and both try to wake it: the database lets
+    one of them."""
+    db_url = postgres_server.create()
+    agents = {"shared": {**codex(fake_openai.url), "wake": True}}
+    fake_openai.script.plan(Reply(text="Woken once."))
+    async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
+        second = create_app(Settings(database_url=db_url, config=tmp_path / "muster.json"))
+        with live_server(second):
+            await until(lambda: asleep(url, "shared"), "the agent asleep on the roster")
+            with MusterClient(url) as person:
+                person.checkin("person", confirm=True)
+                person.send("wake up", to="shared", confirm=True)
+            [woken] = await until(lambda: _runs_now(url, "shared"), "the wake")
+            done = await finished(client, woken["id"])
+            assert done["status"] == "completed" and done["text"] == "Woken once."
+            await until(lambda: asleep(url, "shared"), "asleep again")
+            assert len(await runs_of(client, "shared")) == 1, "one wake across both instances"
