@@ -17,6 +17,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from muster_dispatch.errors import DispatchError
 
 
+def says_any(lowered: str, words: tuple[str, ...]) -> bool:
+    """Whether a lower-cased CLI text holds one of ``words`` (a harness's quota or outage words)."""
+    for word in words:  # noqa: SIM110  # a loop, not any() over a generator: half the cost
+        if word in lowered:
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class QuotaFault:
     message: str

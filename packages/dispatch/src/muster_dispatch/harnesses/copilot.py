@@ -28,7 +28,7 @@ from typing import Any
 
 from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.events import AgentEvent, event, line_decoder
-from muster_dispatch.faults import reset_in
+from muster_dispatch.faults import reset_in, says_any
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.inputs import AgentInput
 from muster_dispatch.jsonline import parse
@@ -155,7 +155,7 @@ def _error(obj: dict[str, Any]) -> list[AgentEvent]:
     code = _s(data.get("errorType")) or "error"
     out = [event("failure", text=message, code=code, data=obj)]
     lowered = message.lower()
-    if code in QUOTA_ERROR_TYPES or _any(lowered, QUOTA_WORDS):
+    if code in QUOTA_ERROR_TYPES or says_any(lowered, QUOTA_WORDS):
         out.append(event("quota", text=message, reset_at=reset_in(message, lowered), code=code))
     return out
 
@@ -205,23 +205,16 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
 events = line_decoder(_HANDLERS, _other)
 
 
-def _any(lowered: str, words: tuple[str, ...]) -> bool:
-    for word in words:  # noqa: SIM110  # a loop, not any() over a generator: half the cost
-        if word in lowered:
-            return True
-    return False
-
-
 def quota(text: str) -> bool:
     """A TERMINAL usage or rate limit (a retry notice never matches)."""
     lowered = text.lower()
-    return _RETRY_NOTICE.search(lowered) is None and _any(lowered, QUOTA_WORDS)
+    return _RETRY_NOTICE.search(lowered) is None and says_any(lowered, QUOTA_WORDS)
 
 
 def unavailable(text: str) -> bool:
     """A terminal outage or connection failure (a retry notice never matches)."""
     lowered = text.lower()
-    return _RETRY_NOTICE.search(lowered) is None and _any(lowered, UNAVAILABLE_WORDS)
+    return _RETRY_NOTICE.search(lowered) is None and says_any(lowered, UNAVAILABLE_WORDS)
 
 
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:

@@ -29,6 +29,7 @@ from typing import Any
 from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
+from muster_dispatch.faults import says_any
 from muster_dispatch.harness import AgentConfiguration, Bootstrap, Command, CredentialPlan, Harness
 from muster_dispatch.host_login import HostLogin, LoginFile
 from muster_dispatch.inputs import AgentInput
@@ -212,20 +213,13 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
 events = line_decoder(_HANDLERS, _other)
 
 
-def _any(lowered: str, words: tuple[str, ...]) -> bool:
-    for word in words:  # noqa: SIM110  # a loop, not any() over a generator: half the cost
-        if word in lowered:
-            return True
-    return False
-
-
 def _retry(lowered: str) -> bool:
     # "Attempt 1 failed with status 500. Retrying with backoff…", "Attempt 1 failed: …. Retrying after 1069ms…"
     return "retrying" in lowered
 
 
 def _is_quota(lowered: str) -> bool:
-    return _any(lowered, QUOTA_WORDS) and not _any(lowered, CAPACITY_WORDS)
+    return says_any(lowered, QUOTA_WORDS) and not says_any(lowered, CAPACITY_WORDS)
 
 
 def quota(text: str) -> bool:
@@ -239,7 +233,7 @@ def unavailable(text: str) -> bool:
     lowered = text.lower()
     if _retry(lowered):
         return False
-    return _any(lowered, UNAVAILABLE_WORDS) or _STATUS_5XX.search(lowered) is not None
+    return says_any(lowered, UNAVAILABLE_WORDS) or _STATUS_5XX.search(lowered) is not None
 
 
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:

@@ -22,7 +22,7 @@ from typing import Any
 from muster_dispatch.egress import Endpoint, endpoints_of
 from muster_dispatch.errors import DispatchError
 from muster_dispatch.events import AgentEvent, event, line_decoder
-from muster_dispatch.faults import reset_in
+from muster_dispatch.faults import reset_in, says_any
 from muster_dispatch.harness import (
     AgentConfiguration,
     Bootstrap,
@@ -167,7 +167,7 @@ def _error(obj: dict[str, Any]) -> list[AgentEvent]:
     # A turn that failed before its first step still names its session.
     out = [event("conversation", id=_session(obj)), event("failure", text=message, code=code, data=obj)]
     lowered = message.lower()
-    if _any(lowered, QUOTA_WORDS):
+    if says_any(lowered, QUOTA_WORDS):
         out.append(event("quota", text=message, reset_at=reset_in(message, lowered), code=code))
     return out
 
@@ -185,13 +185,6 @@ _HANDLERS: dict[Any, Callable[[dict[str, Any]], list[AgentEvent]]] = {
 events = line_decoder(_HANDLERS, _other)
 
 
-def _any(lowered: str, words: tuple[str, ...]) -> bool:
-    for word in words:  # noqa: SIM110  # a loop, not any() over a generator: half the cost
-        if word in lowered:
-            return True
-    return False
-
-
 def _retry(lowered: str) -> bool:
     return "retrying" in lowered or lowered.lstrip().startswith("retry")
 
@@ -199,13 +192,13 @@ def _retry(lowered: str) -> bool:
 def quota(text: str) -> bool:
     """A TERMINAL usage or rate limit (a retry notice never matches)."""
     lowered = text.lower()
-    return not _retry(lowered) and _any(lowered, QUOTA_WORDS)
+    return not _retry(lowered) and says_any(lowered, QUOTA_WORDS)
 
 
 def unavailable(text: str) -> bool:
     """A terminal outage or connection failure (a retry notice never matches)."""
     lowered = text.lower()
-    return not _retry(lowered) and _any(lowered, UNAVAILABLE_WORDS)
+    return not _retry(lowered) and says_any(lowered, UNAVAILABLE_WORDS)
 
 
 def credentials(variables: Mapping[str, str]) -> CredentialPlan:
