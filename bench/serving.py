@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -35,3 +38,21 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], name: str, log: Call
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name} not ready within {READY_WITHIN:.0f} s{log()}")
         time.sleep(0.05)
+
+
+@contextmanager
+def mesh_bench_server(server: Path, db_url: str, env: Mapping[str, str], name: str) -> Iterator[str]:
+    """``bench/mesh/server.py`` (or another tree's copy) on a free port, until exit: its base URL once ready."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(server), db_url, str(port)], env=dict(env))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(base, process, name)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -21,6 +21,13 @@ PROCESSES = 4
 FAILED = -1
 
 
+async def join(client: httpx.AsyncClient, agent_id: str) -> dict[str, str]:
+    """Check ``agent_id`` in for a day; the headers its calls present."""
+    r = await client.post("/mesh/checkin", json={"agent_id": agent_id, "confirm": True, "ttl_seconds": 86400})
+    r.raise_for_status()
+    return {"Authorization": f"Bearer {r.json()['token']}"}
+
+
 @dataclass(frozen=True)
 class Call:
     """One client's request: a POST of ``body`` to ``path`` with ``headers``."""

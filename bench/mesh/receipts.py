@@ -32,10 +32,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
 from pg import fresh_postgres  # noqa: E402
-from serving import free_port, wait_ready  # noqa: E402
+from serving import mesh_bench_server  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from closed_loop import Call, rate  # noqa: E402
+from closed_loop import Call, join, rate  # noqa: E402
 
 CLIENTS = 16
 SEND_SECONDS = 3.0
@@ -75,27 +75,10 @@ def python_path(tree: Path) -> str:
 @contextmanager
 def serve(db_url: str, tree: Path) -> Iterator[str]:
     """``tree``'s own bench server, importing ``tree``'s sources first (ahead of the editable install)."""
-    port = free_port()
     env = {**os.environ, "MUSTER_LOG_LEVEL": "WARNING", "PYTHONPATH": python_path(tree)}
     server = tree / "bench" / "mesh" / "server.py"
-    process = subprocess.Popen([sys.executable, str(server), db_url, str(port)], env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base, process, f"bench server of {tree}")
+    with mesh_bench_server(server, db_url, env, f"bench server of {tree}") as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-async def join(client: httpx.AsyncClient, agent_id: str) -> dict[str, str]:
-    r = await client.post("/mesh/checkin", json={"agent_id": agent_id, "confirm": True, "ttl_seconds": 86400})
-    r.raise_for_status()
-    return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
 async def send_calls(base: str) -> list[Call]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,10 +37,10 @@ from muster_api.settings import Settings
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 from pg import fresh_postgres  # noqa: E402
-from serving import free_port, wait_ready  # noqa: E402
+from serving import mesh_bench_server  # noqa: E402
 
 sys.path.insert(0, str(HERE))
-from closed_loop import Call, rate  # noqa: E402
+from closed_loop import Call, join, rate  # noqa: E402
 
 CLIENTS = 16
 SEND_SECONDS = 3.0
@@ -80,26 +79,9 @@ def ratio_line(name: str, value: float, unit: str, baseline_name: str, baseline:
 
 @contextmanager
 def serve(db_url: str, *, migrate: bool) -> Iterator[str]:
-    port = free_port()
     env = {**os.environ, "MUSTER_LOG_LEVEL": "WARNING", "MUSTER_MIGRATE_ON_STARTUP": "true" if migrate else "false"}
-    process = subprocess.Popen([sys.executable, str(HERE / "server.py"), db_url, str(port)], env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_ready(base, process, "bench server")
+    with mesh_bench_server(HERE / "server.py", db_url, env, "bench server") as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-async def join(client: httpx.AsyncClient, agent_id: str) -> dict[str, str]:
-    r = await client.post("/mesh/checkin", json={"agent_id": agent_id, "confirm": True, "ttl_seconds": 86400})
-    r.raise_for_status()
-    return {"Authorization": f"Bearer {r.json()['token']}"}
 
 
 async def send_calls(base: str) -> list[Call]:
