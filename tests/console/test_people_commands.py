@@ -69,7 +69,7 @@ def test_piped_the_same_commands_write_plain_text_and_json(service: Any) -> None
     sent = piped(env, "send", "--to", "reviewer", "-", "--json", stdin="from stdin\nsecond line")
     assert sent.code == 0, sent.err
     assert json.loads(sent.out) == {"message_id": json.loads(sent.out)["message_id"], "recipients": ["reviewer"],
-                                    "stored": 1, "followed": []}  # fmt: skip
+                                    "stored": 1, "followed": [], "wake": None}  # fmt: skip
     unread = json.loads(piped(env, "agents", "--json").out)
     assert {a["agent_id"]: a["unread"] for a in unread["agents"]} == {"builder": 0, "reviewer": 1}
 

@@ -153,10 +153,10 @@ async def test_a_direct_send_statement_notifies_no_one_itself(postgres_server: P
             assert isinstance(alice, CheckinRecord) and isinstance(bob, CheckinRecord) and alice.token
             await mesh.send(SendRequest(to="bob", body="warm the token's hints", confirm=True), token=alice.token)
             assert len(await everything_heard("first")) == 1, "the send's wake-up, published after its commit"
-            entry = await store.renew_and_deliver(
+            delivered = await store.renew_and_deliver(
                 token_hash(alice.token), "bob", datetime.now(UTC), message_id="m2", body="quiet", thread_id=None
             )
-            assert entry is not None and entry.seq == 2, "stored in one statement"
+            assert delivered is not None and delivered[0].seq == 2, "stored in one statement"
             assert await everything_heard("second") == [], "the statement that stored it notified no one"
             await store.aclose()
             tg.cancel_scope.cancel()

@@ -50,7 +50,7 @@ async def test_agents_are_listed_with_their_errors(
         "codex": {"kind": "cli", "harness": "codex", "model": "gpt-5.5"},
         "both": {"kind": "fallback", "agents": ["claude", "codex"]},
         "typo": {"kind": "cli", "harness": "claude", "modle": "x"},
-        "gemini": {"kind": "cli", "harness": "gemini"},
+        "amp": {"kind": "cli", "harness": "amp"},
         "unset": {"kind": "cli", "harness": "claude", "variables": {"K": "${MUSTER_TEST_NOT_SET_ANYWHERE}"}},
         "ghost": {"kind": "fallback", "agents": ["claude", "nobody"]},
         "loop": {"kind": "fallback", "agents": ["loop2"]},
@@ -86,7 +86,7 @@ async def test_agents_are_listed_with_their_errors(
     assert listed["codex"]["model"] == "gpt-5.5"
     assert listed["both"]["agents"] == ["claude", "codex"] and listed["both"]["error"] is None
     assert "modle" in listed["typo"]["error"]
-    assert "harness" in listed["gemini"]["error"]
+    assert "harness" in listed["amp"]["error"]
     assert "MUSTER_TEST_NOT_SET_ANYWHERE" in listed["unset"]["error"]
     assert "unknown fallback member 'nobody'" in listed["ghost"]["error"]
     assert "cyclic" in listed["loop"]["error"] and "cyclic" in listed["loop2"]["error"]

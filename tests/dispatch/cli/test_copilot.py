@@ -308,4 +308,7 @@ async def test_steering_stops_and_resumes_the_session(
     last = fake_anthropic.script.model_requests()[-1]
     assert "Talk about apples" in " ".join(user_texts(last))  # the resumed session still has the first prompt
     assert "Talk about pears instead." in " ".join(user_texts(last))
-    assert len({e.id for e in turn.of("conversation") if e.id}) == 1
+    # Stopped before Copilot wrote the prompt to its session, the prompt runs again with the steering in a session of
+    # its own (nothing was recorded to resume): the turn ends in the session that holds both.
+    named = [e.id for e in turn.of("conversation") if e.id]
+    assert turn.result.conversation == named[-1]

@@ -161,6 +161,9 @@ class Harness:
     # the home: bytes}) -> (child id, files to write). None: fork goes through ``request`` (Claude --fork-session).
     fork: Callable[[str, Mapping[str, bytes]], tuple[str, dict[str, bytes]]] | None = None
     transcript_usage: Callable[[str], Usage] | None = None
+    # The one session file that records the conversation's messages, by conversation id (relative to the home), where
+    # the CLI writes others before it (Copilot's lock and workspace files): only it says a prompt reached the session.
+    session_log: Callable[[str], str] | None = None
     executable: str | None = None
     environment: Mapping[str, str] = field(default_factory=dict)  # harness defaults, under every other source
     # How the CLI is given MCP servers in its private configuration (None: the CLI takes none from us).

@@ -38,6 +38,9 @@ def prompt_recorded(agent: CliAgent, sandbox: Sandbox, conversation: str, prompt
     """Whether the session already holds ``prompt`` (None: nothing to resume yet, no session file or only empty
     ones: Codex creates its rollout file before it writes the first line, and refuses to resume an empty one)."""
     files = session_files(agent, sandbox, conversation)
+    log = agent.harness.session_log
+    if log is not None:
+        files = {rel: content for rel, content in files.items() if rel == log(conversation)}
     if not any(files.values()):
         return None
     needles = {json.dumps(prompt)[1:-1].encode(), json.dumps(prompt, ensure_ascii=False)[1:-1].encode()}

@@ -233,6 +233,10 @@ def session_globs(conversation: str) -> list[str]:
     return [f".copilot/session-state/{conversation}/**/*"]
 
 
+def session_log(conversation: str) -> str:
+    return f".copilot/session-state/{conversation}/events.jsonl"
+
+
 def restore_path(conversation: str, captured: str, workspace: Path) -> str:
     return captured
 
@@ -279,6 +283,7 @@ def copilot_harness(*, executable: str | Path | None = None) -> Harness:
         live_input=False,
         session_globs=session_globs,
         restore_path=restore_path,
+        session_log=session_log,
         transcript_usage=transcript_usage,
         cumulative_usage=True,
         executable=str(executable) if executable is not None else None,
