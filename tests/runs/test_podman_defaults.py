@@ -9,17 +9,15 @@ import json
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.dispatch.cli.support import CODEX_MODEL
 from tests.dispatch.fakes.openai import FakeOpenAI
-from tests.dispatch.fakes.plans import Reply, ToolCall
 from tests.dispatch.sandbox.conftest import podman_image
 from tests.dispatch.sandbox.support import other_port
-from tests.runs.processes import MUSTER, api
-from tests.runs.test_defaults import desk, run_to_end
-from tests.runs.test_sandbox_defaults import _probes
+from tests.runs.processes import MUSTER
+from tests.runs.test_defaults import desk
+from tests.runs.test_sandbox_defaults import probe_through_the_service
 
 pytestmark = [pytest.mark.cli, pytest.mark.container]
 
@@ -38,25 +36,8 @@ variables = { OPENAI_BASE_URL = "${OPENAI_BASE_URL}", MUSTER_CODEX_SANDBOX = "da
 def test_a_podman_agent_runs_in_a_container_with_egress_to_its_model_only(
     podman_image: str, desk: tuple[Path, dict[str, str]], tmp_path: Path, fake_openai: FakeOpenAI, other_port: int
 ) -> None:
+    probe_through_the_service(CONFIG % CODEX_MODEL, "podman", desk, tmp_path, fake_openai, other_port)
     checkout, env = desk
-    (checkout / "muster.toml").write_text(CONFIG % CODEX_MODEL, encoding="utf-8")
-    secret = Path(env["HOME"]) / ".ssh" / "id_muster_test"
-    secret.parent.mkdir()
-    secret.write_text("s3cr3t\n", encoding="utf-8")
-    env["OPENAI_BASE_URL"] = f"{fake_openai.url}/v1"
-    with api(env, tmp_path / "serve.log", cwd=checkout) as url, httpx.Client(base_url=url, timeout=60) as client:
-        [agent] = client.get("/dispatch/agents").json()["agents"]
-        assert (agent["sandbox"], agent["egress"]) == ("podman", "model")
-        fake_openai.script.plan(Reply(tool=ToolCall(_probes(secret, other_port))), Reply(text="Contained."))
-        run = run_to_end(client, agent="codex", prompt="probe", workspace="demo")
-        assert (run["status"], run["text"]) == ("completed", "Contained."), run
-        lines = client.get(f"/dispatch/runs/{run['id']}/events?format=jsonl").text.splitlines()
-    events = [json.loads(line)["event"] for line in lines]
-    refused = [e for e in events if e["type"] == "warning" and e.get("code") == "egress"]
-    assert f"127.0.0.1:{other_port}" in {e["name"] for e in refused}
-    probed = checkout / "var" / "workspaces" / "demo" / "probe.txt"
-    seen = dict(line.split(":") for line in probed.read_text(encoding="utf-8").split())
-    assert seen == {"home": "ok", "secret": "fail", "other": "fail"}
     doctor = subprocess.run(
         [str(MUSTER), "doctor", "--json"], env=env, cwd=checkout, capture_output=True, text=True, timeout=120
     )

@@ -54,15 +54,29 @@ variables = { OPENAI_BASE_URL = "${OPENAI_BASE_URL}", MUSTER_CODEX_SANDBOX = "da
 def test_the_default_run_is_in_bwrap_with_egress_to_its_model_only(
     desk: tuple[Path, dict[str, str]], tmp_path: Path, fake_openai: FakeOpenAI, other_port: int
 ) -> None:
+    probe_through_the_service(CONFIG % CODEX_MODEL, "bwrap", desk, tmp_path, fake_openai, other_port)
+
+
+def probe_through_the_service(
+    config: str,
+    sandbox: str,
+    desk: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    fake_openai: FakeOpenAI,
+    other_port: int,
+) -> None:
+    """A real Codex run of the one agent ``config`` declares, through ``muster serve`` at the desk: it runs in
+    ``sandbox`` with egress to its model only, reads no secret of the user's home, is refused another loopback port
+    (a warning of its journal) and completes."""
     checkout, env = desk
-    (checkout / "muster.toml").write_text(CONFIG % CODEX_MODEL, encoding="utf-8")
+    (checkout / "muster.toml").write_text(config, encoding="utf-8")
     secret = Path(env["HOME"]) / ".ssh" / "id_muster_test"
     secret.parent.mkdir()
     secret.write_text("s3cr3t\n", encoding="utf-8")
     env["OPENAI_BASE_URL"] = f"{fake_openai.url}/v1"
     with api(env, tmp_path / "serve.log", cwd=checkout) as url, httpx.Client(base_url=url, timeout=60) as client:
         [agent] = client.get("/dispatch/agents").json()["agents"]
-        assert (agent["sandbox"], agent["egress"]) == ("bwrap", "model")
+        assert (agent["sandbox"], agent["egress"]) == (sandbox, "model")
         fake_openai.script.plan(Reply(tool=ToolCall(_probes(secret, other_port))), Reply(text="Confined."))
         run = run_to_end(client, agent="codex", prompt="probe", workspace="demo")
         assert (run["status"], run["text"]) == ("completed", "Confined."), run
