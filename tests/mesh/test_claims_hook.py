@@ -60,15 +60,20 @@ def claim_the_store(base_url: str) -> None:
         assert r.status_code == 200
 
 
+def store_edit(repo: Path, event: str, tool: str) -> dict[str, object]:
+    """The hook's input for an edit of the claimed ``src/store.py``."""
+    return {
+        "hook_event_name": event,
+        "tool_name": tool,
+        "cwd": str(repo),
+        "tool_input": {"file_path": str(repo / "src" / "store.py"), "old_string": "1", "new_string": "2"},
+    }
+
+
 def test_the_hook_denies_another_agents_claim_and_allows_the_rest(db_url: str, repo: Path) -> None:
     with server_process(db_url) as server:
         claim_the_store(server.base_url)
-        edit = {
-            "hook_event_name": "PreToolUse",
-            "tool_name": "Edit",
-            "cwd": str(repo),
-            "tool_input": {"file_path": str(repo / "src" / "store.py"), "old_string": "1", "new_string": "2"},
-        }
+        edit = store_edit(repo, "PreToolUse", "Edit")
         denied = hook(server.base_url, edit, "b", repo)
         assert denied.returncode == 0, denied.stderr
         decision = json.loads(denied.stdout)["hookSpecificOutput"]
@@ -89,12 +94,7 @@ def test_the_hook_denies_another_agents_claim_and_allows_the_rest(db_url: str, r
 def test_the_gemini_hook_answers_gemini_clis_deny_for_its_writing_tools(db_url: str, repo: Path) -> None:
     with server_process(db_url) as server:
         claim_the_store(server.base_url)
-        edit = {
-            "hook_event_name": "BeforeTool",
-            "tool_name": "replace",
-            "cwd": str(repo),
-            "tool_input": {"file_path": str(repo / "src" / "store.py"), "old_string": "1", "new_string": "2"},
-        }
+        edit = store_edit(repo, "BeforeTool", "replace")
         denied = hook(server.base_url, edit, "b", repo, "gemini")
         assert denied.returncode == 0, denied.stderr
         answer = json.loads(denied.stdout)
