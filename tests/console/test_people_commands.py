@@ -51,6 +51,11 @@ def test_in_a_terminal_tables_colours_and_a_live_watch(service: Any) -> None:
     assert "Traceback" not in watch.text
 
 
+def listed(env: dict[str, str], *flags: str) -> list[str]:
+    """The agent ids ``muster agents --json FLAGS…`` lists."""
+    return sorted(a["agent_id"] for a in json.loads(piped(env, "agents", "--json", *flags).out)["agents"])
+
+
 def test_piped_the_same_commands_write_plain_text_and_json(service: Any) -> None:
     _url, _http, env = service()
     checked = piped(env, "checkin", "reviewer", "--role", "reviewer", "--repo", "muster", "--json")
@@ -82,6 +87,10 @@ def test_piped_the_same_commands_write_plain_text_and_json(service: Any) -> None
 
     out = piped(env, "checkout", "--json")  # the current agent: builder, the last checked in
     assert out.code == 0 and json.loads(out.out)["agent"]["agent_id"] == "builder"
+    # The directory's filter: by role, by repo, and the checked-out builder only with --all.
+    assert listed(env, "--role", "reviewer") == listed(env, "--repo", "muster") == listed(env) == ["reviewer"]
+    assert listed(env, "--all") == ["builder", "reviewer"] == listed(env, "--all", "--repo", "muster")
+    assert listed(env, "--all", "--role", "reviewer") == ["reviewer"] and listed(env, "--role", "nobody") == []
     assert json.loads(piped(env, "a2a", "list", "--json").out)["agents"] == []
 
 

@@ -144,6 +144,7 @@ async def test_two_agents_talk_and_a_restart_keeps_the_identity(
         texts.append(await call(b, "agent_checkin", agent_id=bob, role="reviewer", confirm=True))
         listing = await call(b, "agents_list", role="builder")
         assert f'{alice} — "fixing the test" — ' in listing and "heartbeat" in listing and "expires in" in listing
+        assert bob not in listing, "the role filter reaches the service"
         texts.append(listing)
 
         sent = await call(

@@ -8,6 +8,7 @@ iterators, and read ``MUSTER_URL`` (default http://127.0.0.1:8000) and ``MUSTER_
 from muster_client.aio import AsyncMusterClient
 from muster_client.client import MusterClient
 from muster_client.config import DEFAULT_URL
+from muster_client.directory import DirectoryFields, DirectoryQuery
 from muster_client.errors import (
     ApiError,
     BadRequest,
@@ -85,6 +86,8 @@ __all__ = [
     "CheckoutPreview",
     "CheckoutResult",
     "Conflict",
+    "DirectoryFields",
+    "DirectoryQuery",
     "DispatchAgent",
     "DispatchAgents",
     "Forbidden",

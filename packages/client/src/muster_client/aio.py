@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
 from muster_client import calls, config
 from muster_client.calls import Call
 from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
+from muster_client.directory import EVERY_LIVE_AGENT, DirectoryFields, DirectoryQuery
 from muster_client.models import (
     A2AAgents,
     A2ACall,
@@ -117,34 +118,15 @@ class AsyncMusterClient(ClientCore):
             )
         )
 
-    async def agents(
-        self,
-        *,
-        repo: str | None = None,
-        role: str | None = None,
-        cap: str | None = None,
-        include_expired: bool = False,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> AgentList:
-        return await self.call(
-            calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
-        )
+    async def agents(self, query: DirectoryQuery = EVERY_LIVE_AGENT, /, **fields: Unpack[DirectoryFields]) -> AgentList:
+        """A page of the directory: ``query``, or its fields as keywords (``agents(role="builder")``)."""
+        return await self.call(calls.agents(query.but(**fields)))
 
     async def backlog(
-        self,
-        *,
-        repo: str | None = None,
-        role: str | None = None,
-        cap: str | None = None,
-        include_expired: bool = False,
-        limit: int | None = None,
-        cursor: str | None = None,
+        self, query: DirectoryQuery = EVERY_LIVE_AGENT, /, **fields: Unpack[DirectoryFields]
     ) -> BacklogPage:
         """Unread counts per agent, for people watching the mesh (no token asked, no lease renewed)."""
-        return await self.call(
-            calls.backlog(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
-        )
+        return await self.call(calls.backlog(query.but(**fields)))
 
     async def agent(self, agent_id: str) -> AgentView:
         return await self.call(calls.agent(agent_id))

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ValidationError
 
+from muster_client.directory import DirectoryQuery
 from muster_client.errors import UnexpectedAnswer
 from muster_client.models import (
     A2AAgents,
@@ -124,34 +125,12 @@ def checkin(
     )
 
 
-def agents(
-    *,
-    repo: str | None,
-    role: str | None,
-    cap: str | None,
-    include_expired: bool,
-    limit: int | None,
-    cursor: str | None,
-) -> Call[AgentList]:
-    params = given(repo=repo, role=role, cap=cap, limit=limit, cursor=cursor)
-    if include_expired:
-        params["include_expired"] = "true"
-    return Call("GET", "/mesh/agents", model(AgentList), params=params, as_agent=True)
+def agents(query: DirectoryQuery) -> Call[AgentList]:
+    return Call("GET", "/mesh/agents", model(AgentList), params=query.params(), as_agent=True)
 
 
-def backlog(
-    *,
-    repo: str | None,
-    role: str | None,
-    cap: str | None,
-    include_expired: bool,
-    limit: int | None,
-    cursor: str | None,
-) -> Call[BacklogPage]:
-    params = given(repo=repo, role=role, cap=cap, limit=limit, cursor=cursor)
-    if include_expired:
-        params["include_expired"] = "true"
-    return Call("GET", "/mesh/backlog", model(BacklogPage), params=params)
+def backlog(query: DirectoryQuery) -> Call[BacklogPage]:
+    return Call("GET", "/mesh/backlog", model(BacklogPage), params=query.params())
 
 
 def agent(agent_id: str) -> Call[AgentView]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 
@@ -12,6 +12,7 @@ from muster_client import calls, config
 from muster_client import claims as cl
 from muster_client.calls import Call
 from muster_client.core import ClientCore, inbox_event, raise_for_problem, run_event
+from muster_client.directory import EVERY_LIVE_AGENT, DirectoryFields, DirectoryQuery
 from muster_client.models import (
     A2AAgents,
     A2ACall,
@@ -118,34 +119,13 @@ class MusterClient(ClientCore):
             )
         )
 
-    def agents(
-        self,
-        *,
-        repo: str | None = None,
-        role: str | None = None,
-        cap: str | None = None,
-        include_expired: bool = False,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> AgentList:
-        return self.call(
-            calls.agents(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
-        )
+    def agents(self, query: DirectoryQuery = EVERY_LIVE_AGENT, /, **fields: Unpack[DirectoryFields]) -> AgentList:
+        """A page of the directory: ``query``, or its fields as keywords (``agents(role="builder")``)."""
+        return self.call(calls.agents(query.but(**fields)))
 
-    def backlog(
-        self,
-        *,
-        repo: str | None = None,
-        role: str | None = None,
-        cap: str | None = None,
-        include_expired: bool = False,
-        limit: int | None = None,
-        cursor: str | None = None,
-    ) -> BacklogPage:
+    def backlog(self, query: DirectoryQuery = EVERY_LIVE_AGENT, /, **fields: Unpack[DirectoryFields]) -> BacklogPage:
         """Unread counts per agent, for people watching the mesh (no token asked, no lease renewed)."""
-        return self.call(
-            calls.backlog(repo=repo, role=role, cap=cap, include_expired=include_expired, limit=limit, cursor=cursor)
-        )
+        return self.call(calls.backlog(query.but(**fields)))
 
     def agent(self, agent_id: str) -> AgentView:
         return self.call(calls.agent(agent_id))

@@ -1,6 +1,7 @@
 """``muster hook claude``: a Claude Code ``PreToolUse`` hook that refuses an edit of a path another agent holds
 exclusively, naming the holder and their reason; ``muster hook install claude`` writes it into the project's
-``.claude/settings.json``.
+``.claude/settings.json``. ``muster hook codex`` (``apply_patch``) and ``muster hook gemini`` (Gemini CLI's
+``BeforeTool`` on ``write_file`` and ``replace``) do the same for those CLIs.
 
 The hook acts as the agent the Claude Code session checked in as: ``--as`` or ``MUSTER_AGENT_ID`` (set it in the
 settings' ``env``, as for ``muster mcp``); its repo is ``--repo``, ``MUSTER_REPO`` or the repo that agent checked in
@@ -37,9 +38,9 @@ def _repo_root(start: Path) -> Path | None:
     return Path(out.stdout.strip()) if out.returncode == 0 else None
 
 
-def edited_path(event: dict[str, Any]) -> Path | None:
-    """The absolute path an editing tool call would write, None for any other call."""
-    if event.get("tool_name") not in EDITING_TOOLS:
+def edited_path(event: dict[str, Any], tools: frozenset[str] = EDITING_TOOLS) -> Path | None:
+    """The absolute path an editing tool call (one of ``tools``) would write, None for any other call."""
+    if event.get("tool_name") not in tools:
         return None
     given = event.get("tool_input") or {}
     raw = given.get("file_path") or given.get("notebook_path")
@@ -154,11 +155,66 @@ def codex(args: argparse.Namespace) -> int:
     return 0
 
 
+# Gemini CLI's tools that write a file, both naming it in ``file_path`` (relative to the project root or absolute);
+# its matcher is a regular expression over the tool's name.
+GEMINI_EDITING_TOOLS = frozenset({"write_file", "replace"})
+GEMINI_MATCHER = "^(write_file|replace)$"
+GEMINI_COMMAND = "muster hook gemini"
+GEMINI_HOOK_NAME = "muster-claims"
+
+
+def gemini(args: argparse.Namespace) -> int:
+    """Gemini CLI's BeforeTool hook. Its deny is ``{"decision": "deny", "reason": …}`` on stdout with exit 0; the
+    model gets "Tool execution blocked: <reason>" as the tool's error and the turn goes on. An allowed edit prints
+    nothing, so a note on stderr (the service unreachable) is what Gemini CLI shows the user."""
+    event = _event()
+    path = edited_path(event, GEMINI_EDITING_TOOLS) if event is not None else None
+    if event is None or path is None:
+        return 0
+    reason = refusal(args, [path], path.parent if path.parent.exists() else _cwd(event))
+    if reason is not None:
+        sys.stdout.write(json.dumps({"decision": "deny", "reason": reason}) + "\n")
+    return 0
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_if_changed(path: Path, settings: dict[str, Any], before: str) -> bool:
+    if json.dumps(settings, sort_keys=True) == before:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return True
+
+
+def install_gemini(args: argparse.Namespace) -> int:
+    """Merge the hook into ``.gemini/settings.json`` of the project (``--project``, default: the current directory);
+    run again, it changes nothing. Gemini CLI adds a hook entry's own ``env`` to the hook's environment, so the
+    agent's identity goes there (merged, as into Claude Code's settings ``env``)."""
+    path = Path(args.project) / ".gemini" / "settings.json"
+    settings = _settings(path)
+    before = json.dumps(settings, sort_keys=True)
+    entries = settings.setdefault("hooks", {}).setdefault("BeforeTool", [])
+    ours = [h for e in entries for h in e.get("hooks", []) if h.get("command") == GEMINI_COMMAND]
+    if not ours:
+        hook: dict[str, Any] = {"name": GEMINI_HOOK_NAME, "type": "command", "command": GEMINI_COMMAND}
+        entries.append({"matcher": GEMINI_MATCHER, "hooks": [hook]})
+        ours = [hook]
+    identity = _identity(args)
+    for hook in ours if identity else []:
+        hook.setdefault("env", {}).update(identity)
+    changed = _write_if_changed(path, settings, before)
+    print(f"{path}: {'now has' if changed else 'already has'} the muster BeforeTool hook")
+    return 0
+
+
 def install_claude(args: argparse.Namespace) -> int:
     """Merge the hook into ``.claude/settings.json`` of the project (``--project``, default: the current directory);
     run again, it changes nothing."""
     settings_path = Path(args.project) / ".claude" / "settings.json"
-    settings: dict[str, Any] = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    settings = _settings(settings_path)
     before = json.dumps(settings, sort_keys=True)
     entries = settings.setdefault("hooks", {}).setdefault("PreToolUse", [])
     present = any(h.get("command") == COMMAND for e in entries for h in e.get("hooks", []))
@@ -168,9 +224,7 @@ def install_claude(args: argparse.Namespace) -> int:
     identity = _identity(args)
     if identity:
         settings.setdefault("env", {}).update(identity)
-    if json.dumps(settings, sort_keys=True) != before:
-        settings_path.parent.mkdir(parents=True, exist_ok=True)
-        settings_path.write_text(json.dumps(settings, indent=2) + "\n")
+    _write_if_changed(settings_path, settings, before)
     print(f"{settings_path}: {'already has' if present else 'now has'} the muster PreToolUse hook")
     return 0
 
@@ -230,6 +284,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = kinds.add_parser("codex", help="Codex PreToolUse hook: deny an apply_patch of paths other agents hold")
     _identity_flags(p, RUNNER_HELP)
     p.set_defaults(fn=codex)
+    p = kinds.add_parser("gemini", help="Gemini CLI BeforeTool hook: deny a write_file/replace of paths others hold")
+    _identity_flags(p, RUNNER_HELP)
+    p.set_defaults(fn=gemini)
     install = kinds.add_parser("install", help="write a hook into a CLI's settings")
     targets = install.add_subparsers(dest="target", required=True)
     p = targets.add_parser("claude", help="merge the hook into .claude/settings.json (idempotent)")
@@ -240,3 +297,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--codex-home", help="default: CODEX_HOME, or ~/.codex")
     _identity_flags(p, _install_help("put on the hook's command line:"))
     p.set_defaults(fn=install_codex)
+    p = targets.add_parser("gemini", help="merge the hook into .gemini/settings.json (idempotent)")
+    p.add_argument("--project", default=".", help="the project's root (default: the current directory)")
+    _identity_flags(p, _install_help("write into the hook's env:"))
+    p.set_defaults(fn=install_gemini)

@@ -87,11 +87,7 @@ async def checkin(session: AgentSession, arguments: dict[str, Any]) -> str:
 
 async def agents_list(session: AgentSession, arguments: dict[str, Any]) -> str:
     args = tools.ListArgs.model_validate(arguments)
-    page = await session.acknowledging(
-        lambda: session.client.agents(
-            repo=args.repo, role=args.role, cap=args.cap, include_expired=args.include_expired, limit=MAX_PAGE
-        )
-    )
+    page = await session.acknowledging(lambda: session.client.agents(args.query().but(limit=MAX_PAGE)))
     at = now()
     if not page.agents:
         return "No live agents match." if not args.include_expired else "No agents match."

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from muster_api.mcp import claim_tools
+from muster_client import DirectoryQuery
 from muster_mesh import CheckinRequest, SendRequest, default_ttl
 from muster_mesh.models import MAX_PAGE, MAX_WAIT_SECONDS, MESSAGE_ID_PATTERN, Label, Repo
 from muster_mesh.search import DEFAULT_SEARCH_PAGE, MAX_QUERY_CHARS, MAX_SEARCH_PAGE
@@ -281,6 +282,9 @@ class ListArgs(Arguments):
     role: Label | None = None
     cap: Label | None = None
     include_expired: bool = False
+
+    def query(self) -> DirectoryQuery:
+        return DirectoryQuery(**self.model_dump())
 
 
 class SendArgs(SendRequest):

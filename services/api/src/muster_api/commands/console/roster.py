@@ -10,7 +10,7 @@ from rich.live import Live
 
 from muster_api.commands.console.output import Cell, Output
 from muster_api.commands.console.text import STALE_HEARTBEAT_SECONDS, STALE_STATUS_SECONDS, duration, inert
-from muster_client import AgentView, MusterClient
+from muster_client import AgentView, DirectoryQuery, MusterClient
 
 PAGE = 500
 WATCH_SECONDS = 2.0
@@ -18,9 +18,8 @@ HEADERS = ("agent", "role", "repo", "caps", "status", "status age", "heartbeat",
 
 
 def fetch(client: MusterClient, args: argparse.Namespace) -> tuple[list[AgentView], dict[str, int]]:
-    filters: dict[str, Any] = {"repo": args.repo, "role": args.role, "cap": args.cap}
-    page = client.agents(include_expired=args.all, limit=PAGE, **filters)
-    backlog = client.backlog(include_expired=args.all, limit=PAGE, **filters)
+    query = DirectoryQuery(repo=args.repo, role=args.role, cap=args.cap, include_expired=args.all, limit=PAGE)
+    page, backlog = client.agents(query), client.backlog(query)
     return page.agents, {entry.agent_id: entry.unread for entry in backlog.agents}
 
 
