@@ -33,6 +33,7 @@ from muster_api.settings import Settings
 CLAIMERS = 16
 TASKS = 320
 CHECKS = 200
+ROUNDS = 3
 BARE_CLAIM = text(
     "UPDATE mesh_tasks SET state = 'claimed', holder = :me, fence = fence + 1 WHERE task_id = ("
     "SELECT task_id FROM mesh_tasks WHERE state = 'open' ORDER BY priority DESC, created_at LIMIT 1 {lock}"
@@ -99,8 +100,12 @@ async def bench_check(client: httpx.AsyncClient) -> tuple[float, float, float, f
     me = await join(client, "checker", repo="repo0")
     paths = [f"pkg{i % 40}/mod/file{i}.py" for i in range(100)]
     body = {"repo": "repo0", "paths": paths}
-    checks = [await timed(client, "POST", "/mesh/claims/check", json=body, headers=me) for _ in range(CHECKS)]
-    noops = [await timed(client, "GET", "/bench/noop") for _ in range(CHECKS)]
+    checks: list[float] = []
+    noops: list[float] = []
+    # One of each in turn: a busy machine's queue drifts over seconds, and both sides should meet the same one.
+    for _ in range(CHECKS):
+        checks.append(await timed(client, "POST", "/mesh/claims/check", json=body, headers=me))
+        noops.append(await timed(client, "GET", "/bench/noop"))
     check_cpu = await cpu_per_call(client, "POST", "/mesh/claims/check", json=body, headers=me)
     noop_cpu = await cpu_per_call(client, "GET", "/bench/noop")
     return p50(checks), p50(noops), check_cpu, noop_cpu
@@ -112,7 +117,11 @@ async def post_tasks(client: httpx.AsyncClient, auth: dict[str, str]) -> None:
         (await client.post("/mesh/tasks", json=body, headers=auth)).raise_for_status()
 
 
-async def drain(client: httpx.AsyncClient, path: str, body: dict[str, object], auths: list[dict[str, str]]) -> float:
+async def drain(
+    client: httpx.AsyncClient, path: str, body: dict[str, object], auths: list[dict[str, str]]
+) -> tuple[float, float]:
+    """Claims per second of wall-clock, and the process's CPU per claim in ms (client and app; PostgreSQL's backends
+    are not in it)."""
     taken = 0
 
     async def loop(auth: dict[str, str]) -> None:
@@ -125,21 +134,33 @@ async def drain(client: httpx.AsyncClient, path: str, body: dict[str, object], a
                 return
             taken += 1
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(loop(a) for a in auths))
-    elapsed = time.perf_counter() - start
+    elapsed, spent = time.perf_counter() - start, time.process_time() - cpu
     assert taken == TASKS, taken
-    return taken / elapsed
+    return taken / elapsed, spent / taken * 1000
 
 
-async def bench_tasks(client: httpx.AsyncClient) -> tuple[float, float]:
+async def finish_all(app: FastAPI) -> None:
+    """Every task done between rounds (outside the timing), so that each round starts from the same queue."""
+    async with app.state.runtime.engine.begin() as conn:
+        await conn.execute(text("UPDATE mesh_tasks SET state = 'done' WHERE state <> 'done'"))
+
+
+async def bench_tasks(app: FastAPI, client: httpx.AsyncClient) -> list[tuple[float, float, float, float]]:
+    """ROUNDS alternating pairs (ours, then the bare route), each on a fresh queue of TASKS."""
     boss = await join(client, "boss")
     workers = [await join(client, f"w{i}", role="worker") for i in range(CLAIMERS)]
-    await post_tasks(client, boss)
-    ours = await drain(client, "/mesh/tasks/claim", {"confirm": True}, workers)
-    await post_tasks(client, boss)
-    bare = await drain(client, "/bench/bare-claim", {}, workers)
-    return ours, bare
+    rounds = []
+    for _ in range(ROUNDS):
+        await post_tasks(client, boss)
+        ours, ours_cpu = await drain(client, "/mesh/tasks/claim", {"confirm": True}, workers)
+        await finish_all(app)
+        await post_tasks(client, boss)
+        bare, bare_cpu = await drain(client, "/bench/bare-claim", {}, workers)
+        await finish_all(app)
+        rounds.append((ours, bare, ours_cpu, bare_cpu))
+    return rounds
 
 
 async def main() -> None:
@@ -150,9 +171,10 @@ async def main() -> None:
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:
                 check, noop, check_cpu, noop_cpu = await bench_check(client)
-                ours, bare = await bench_tasks(client)
+                rounds = await bench_tasks(app, client)
     kind = "PostgreSQL" if url.startswith("postgresql") else "SQLite"
-    print(f"database: {kind}  ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC, run {uuid.uuid4().hex[:6]})")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"database: {kind}  ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC, run {uuid.uuid4().hex[:6]}, load {load})")
     print(
         f"claims/check 100 paths vs 1,000 claims in 50 repos: p50 {check:.2f} ms; no-op p50 {noop:.2f} ms; "
         f"ratio {check / noop:.2f}x (goal <= 2x)"
@@ -161,10 +183,13 @@ async def main() -> None:
         f"claims/check CPU per call {check_cpu:.2f} ms; no-op {noop_cpu:.2f} ms; ratio {check_cpu / noop_cpu:.2f}x "
         "(the same goal, on CPU: a busy machine's waits left out)"
     )
-    print(
-        f"task claim, {CLAIMERS} claimers: {ours:.0f}/s; bare UPDATE … SKIP LOCKED route {bare:.0f}/s; "
-        f"ratio {ours / bare:.2f}x (goal >= 0.8x)"
-    )
+    for ours, bare, ours_cpu, bare_cpu in rounds:
+        print(
+            f"task claim, {CLAIMERS} claimers: {ours:.0f}/s ({ours_cpu:.2f} ms CPU each); bare UPDATE … SKIP LOCKED "
+            f"route {bare:.0f}/s ({bare_cpu:.2f} ms); ratio {ours / bare:.2f}x"
+        )
+    ratio = statistics.median(ours / bare for ours, bare, _, _ in rounds)
+    print(f"task claim throughput, median of {ROUNDS} alternating pairs: {ratio:.2f}x (goal >= 0.8x)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from muster_mesh import FakeClock
+from muster_mesh.claims import CheckResult
 from tests.mesh.support import auth, join, mesh_app
 from tests.mesh.test_routes import problem
 
@@ -102,3 +103,35 @@ async def test_no_repo_and_unknown_fields_are_refused(db_url: str) -> None:
         body = problem(await claim(client, a, "x", repo="r", ttl=5), 422)
         assert body["errors"][0]["rule"] == "extra_forbidden"
         assert (await client.post("/mesh/claims", json={"paths": ["x"], "repo": "r"})).status_code == 401
+
+
+async def test_check_names_only_other_live_exclusive_holders_and_renews_the_caller(db_url: str) -> None:
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as client:
+        brief = await join(client, "brief", repo="r", ttl_seconds=60)
+        await claim(client, brief, "gone/**")
+        clock.advance(30)
+        me = await join(client, "me", repo="r", ttl_seconds=60)
+        other = await join(client, "other", repo="r", ttl_seconds=3600)
+        sharer = await join(client, "sharer", repo="r", ttl_seconds=3600)
+        await claim(client, me, "mine/**")
+        await claim(client, other, "src/**", reason='say "why" — é')
+        await claim(client, sharer, "shared/**", exclusive=False)
+        await claim(client, other, "elsewhere/**", repo="r2")
+        clock.advance(40)  # 70 s: brief's lease has ended; mine runs to 90 s unless the check renews it
+        paths = ["mine/a", "src/é.py", "shared/x", "gone/y", "elsewhere/z", "free"]
+        checked = await client.post("/mesh/claims/check", json={"repo": "r", "paths": paths}, headers=auth(me))
+        assert checked.status_code == 200, checked.text
+        answers = checked.json()["paths"]
+        assert [(p["path"], p["holder"]) for p in answers] == [(p, "other" if p == "src/é.py" else None) for p in paths]
+        assert answers[1]["pattern"] == "src/**" and answers[1]["reason"] == 'say "why" — é'
+        # The bytes are the models' own (the route encodes plain rows).
+        assert checked.content == CheckResult.model_validate_json(checked.content).model_dump_json().encode()
+        clock.advance(40)  # 110 s: alive only if the check renewed the lease at 70 s
+        listed = (await client.get("/mesh/claims", params={"agent": "me"})).json()["claims"]
+        assert [c["pattern"] for c in listed] == ["mine/**"]
+        problem(
+            await client.post("/mesh/claims/check", json={"repo": "r", "paths": ["a"]}, headers=auth("nope")),
+            401,
+            "invalid_token",
+        )

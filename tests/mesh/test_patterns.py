@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
-from muster_mesh.patterns import MAX_PATTERN_CHARS, first_match, matches, overlaps, pattern_problem
+from muster_mesh.claims import PLAIN_PATH
+from muster_mesh.patterns import MAX_PATTERN_CHARS, first_match, matches, overlaps, path_problem, pattern_problem
 
 OVERLAPPING = [
     ("src/store/**", "src/store/a.py"),  # ** at the end
@@ -152,3 +155,20 @@ def test_the_combined_matcher_finds_the_first_pattern_as_matches_does() -> None:
     assert first_match(()).first("a") is None
     # The end rule: README.md/x passes the bare name's regex but not the rule, so the catch-all answers.
     assert first_match(("README.md", "**")).first("README.md/x") == 1
+
+
+def test_a_plainly_good_path_keeps_every_rule() -> None:
+    """Every string of up to four characters from an alphabet of the awkward ones (dots, slashes, a negation, blanks,
+    globs, a backslash, a control, non-ASCII): the one-match test of a checked path accepts only what the rules one
+    by one accept, and a plain path too."""
+    alphabet = ["a", ".", "/", "!", " ", "*", "?", "[", "\\", "\x01", "\x7f", "é", "\u3000"]
+    accepted = 0
+    for length in range(1, 5):
+        for chars in itertools.product(alphabet, repeat=length):
+            path = "".join(chars)
+            if PLAIN_PATH.fullmatch(path) is not None:
+                accepted += 1
+                assert path_problem(path) is None and not any(ch in path for ch in "*?["), repr(path)
+    assert accepted > 1000
+    for plain in ["src/a.py", "a/b/", "...", "x/.hidden", "é/ü.txt", "a b/c"]:
+        assert PLAIN_PATH.fullmatch(plain) is not None, plain

@@ -8,6 +8,7 @@ for every store; a store keeps rows (``ClaimTx``).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
@@ -16,7 +17,7 @@ from datetime import datetime
 from typing import Annotated, Protocol, cast
 
 from pydantic import AfterValidator, Field, StringConstraints
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 from muster_mesh.errors import InvalidRequest
 from muster_mesh.mesh import Mesh, _fingerprint
@@ -31,6 +32,7 @@ from muster_mesh.patterns import (
 )
 from muster_mesh.patterns import pattern_problem as _problem
 from muster_mesh.store import MeshTx
+from muster_mesh.tokens import token_hash
 
 
 def _claimable(value: str) -> str:
@@ -40,12 +42,22 @@ def _claimable(value: str) -> str:
     return value
 
 
+_GLOB = re.compile(r"[*?\[]")
+# A path that plainly keeps every rule (no glob, control or backslash, nothing blank, negated or absolute, no '.',
+# '..' or empty segment): one C match where the rules one by one cost several Python steps, a hundred times per
+# check. What it does not accept is judged by the rules themselves, which name the one broken.
+_PLAIN_SEGMENT = r"(?!\.\.?(?:/|\Z))[^/\x00-\x1f\x7f\\*?\[]+"
+PLAIN_PATH = re.compile(rf"(?=[^!/\s])(?:{_PLAIN_SEGMENT}/)*{_PLAIN_SEGMENT}/*")
+
+
 def _concrete(value: str) -> str:
     """A concrete path is checked by the same rules of text, and may not be a glob."""
+    if PLAIN_PATH.fullmatch(value) is not None:
+        return value
     problem = path_problem(value)
     if problem is not None:
         raise PydanticCustomError(problem.rule, problem.message)
-    if any(ch in value for ch in "*?["):
+    if _GLOB.search(value) is not None:
         raise PydanticCustomError("not_concrete", "a checked path is a concrete path, without * ? or [")
     return value
 
@@ -172,6 +184,11 @@ class ClaimStore(Protocol):
 
     def standalone(self) -> AbstractAsyncContextManager[ClaimTx]: ...
 
+    async def renew_and_claims(self, token_hash: str, now: datetime, repo: str) -> list[ClaimRecord] | None:
+        """The caller's renewal (by its token, the TTL seen for it re-checked) and the live exclusive claims of
+        ``repo`` held by other agents, in ``live_claims``' order, in one round trip; None, and nothing written,
+        when the store has no such step or the token or TTL does not qualify (a check then renews as any call)."""
+
 
 class NoRepo(InvalidRequest):
     code = "repo_required"
@@ -289,21 +306,10 @@ class Claims:
     async def check(self, request: CheckRequest, *, token: str | None) -> CheckResult:
         """For each concrete path, the exclusive holder other than the caller (a token renews the caller's lease;
         without one, every exclusive holder is named)."""
-        now = self.mesh.now()
-        # Each statement by itself: the renewal and the read need not commit together, and a transaction's BEGIN
-        # and COMMIT would be two more round trips.
-        async with self.store.standalone() as tx:
-            me = (await self.mesh.caller(tx, token, now)).agent_id if token is not None else None
-            held = [
-                c for c in await tx.live_claims(now, repo=request.repo, holder=None) if c.exclusive and c.holder != me
-            ]
-        matcher = first_match(tuple(c.pattern for c in held))
-        answers = []
-        for path in request.paths:
-            index = matcher.first(path)
-            hit = held[index] if index is not None else None
-            # Built from stored, validated rows: not validated again (a hundred models were a tenth of a check).
-            answers.append(
+        hits = await self.holders(request, token=token)
+        # Built from stored, validated rows: not validated again (a hundred models were a tenth of a check).
+        return CheckResult.model_construct(
+            paths=[
                 PathHolder.model_construct(
                     path=path,
                     holder=hit.holder if hit else None,
@@ -311,14 +317,46 @@ class Claims:
                     reason=hit.reason if hit else None,
                     since=hit.since if hit else None,
                 )
-            )
-        return CheckResult.model_construct(paths=answers)
+                for path, hit in zip(request.paths, hits, strict=True)
+            ]
+        )
+
+    async def holders(self, request: CheckRequest, *, token: str | None) -> list[ClaimRecord | None]:
+        """``check``'s answer as the claim holding each path exclusively (None: free), in the request's order."""
+        held = await self._held_by_others(request.repo, token)
+        matcher = first_match(tuple(c.pattern for c in held))
+        return [None if (index := matcher.first(path)) is None else held[index] for path in request.paths]
+
+    async def _held_by_others(self, repo: str, token: str | None) -> list[ClaimRecord]:
+        now = self.mesh.now()
+        if token:
+            held = await self.store.renew_and_claims(token_hash(token), now, repo)
+            if held is not None:
+                return held
+        # Each statement by itself: the renewal and the read need not commit together, and a transaction's BEGIN
+        # and COMMIT would be two more round trips.
+        async with self.store.standalone() as tx:
+            me = (await self.mesh.caller(tx, token, now)).agent_id if token is not None else None
+            return [c for c in await tx.live_claims(now, repo=repo, holder=None) if c.exclusive and c.holder != me]
 
     async def list(self, *, repo: str | None = None, agent: str | None = None) -> ClaimList:
         now = self.mesh.now()
         async with self.store.standalone() as tx:
             found = await tx.live_claims(now, repo=repo, holder=agent)
         return ClaimList(claims=[c.view() for c in found])
+
+
+def check_json(paths: Sequence[str], hits: Sequence[ClaimRecord | None]) -> bytes:
+    """``CheckResult``'s JSON for these paths and their holders (``Claims.holders``), encoded from plain dicts by
+    pydantic-core's encoder, without a model per path: the same bytes as the models', at a fifth of the CPU."""
+    free = {"holder": None, "pattern": None, "reason": None, "since": None}
+    rows = [
+        {"path": path, **free}
+        if hit is None
+        else {"path": path, "holder": hit.holder, "pattern": hit.pattern, "reason": hit.reason, "since": hit.since}
+        for path, hit in zip(paths, hits, strict=True)
+    ]
+    return to_json({"paths": rows})
 
 
 __all__ = [
@@ -338,4 +376,5 @@ __all__ = [
     "ReleaseRequest",
     "ReleaseResult",
     "TooManyClaims",
+    "check_json",
 ]

@@ -30,7 +30,7 @@ from muster_mesh.records import (
     SweepReport,
 )
 from muster_mesh.search import SearchQuery, SearchRow, matching_words, plain_snippet
-from muster_mesh.tasks import TaskEvent, TaskRecord
+from muster_mesh.tasks import ClaimedInOneStep, ClaimStep, TaskEvent, TaskRecord
 from muster_mesh.threads import PREVIEW_CHARS, ThreadMessageRow, ThreadQuery, ThreadRow
 
 READ_ONLY = frozenset({READ})
@@ -412,6 +412,14 @@ class InMemoryMeshStore:
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
     ) -> tuple[InboxEntry, bool] | None:
         """Transactions here never overlap (``serial``): the mesh's own transaction is as short."""
+        return None
+
+    async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
+        """As a send: the tasks' own transaction is as short here."""
+        return None
+
+    async def renew_and_claims(self, token_hash: str, now: datetime, repo: str) -> list[ClaimRecord] | None:
+        """As a send: a claims check's own statements are as short here."""
         return None
 
     async def follow(self, agent_id: str, until: datetime) -> None:

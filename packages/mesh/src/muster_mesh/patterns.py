@@ -23,7 +23,7 @@ MAX_CLAIMS_PER_AGENT = 256
 
 # Literal characters a pattern may not hold: controls (invisible in a terminal) and the backslash (gitignore's
 # escape, and a Windows separator: either way not a path relative to a repository's root as the mesh means it).
-_FORBIDDEN = frozenset(chr(c) for c in range(0x20)) | {"\x7f", "\\"}
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ def path_problem(pattern: str) -> PatternProblem | None:
         return PatternProblem("negation", "negation (!) is refused: claim what you hold, not what you do not")
     if pattern.startswith("/"):
         return PatternProblem("absolute", "patterns are relative to the repository's root: drop the leading /")
-    if any(ch in _FORBIDDEN for ch in pattern):
+    if _FORBIDDEN.search(pattern) is not None:
         return PatternProblem("forbidden_character", "no control characters or backslashes")
     segments = pattern.rstrip("/").split("/")
     if ".." in segments:

@@ -20,12 +20,17 @@ from muster_mesh.mesh import Mesh, _fingerprint
 from muster_mesh.models import ADDRESS_FIELDS, AgentId, Body, Label, Repo, Strict
 from muster_mesh.records import AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.store import MeshTx
+from muster_mesh.tokens import token_hash
 
 TaskState = Literal["open", "claimed", "done", "failed"]
 Title = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
 TaskId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 Fence = Annotated[int, Field(ge=1, le=2**62)]
 MAX_RESULT_CHARS = 16_000
+# What the poster is told at a claim: this, then the task's title (stores that claim in one step build the same text).
+CLAIMED_NOTE = "claimed your task: "
+# The history note of a claim: this, then the fencing token.
+TOKEN_NOTE = "token "
 
 
 class TaskPost(Strict):
@@ -170,6 +175,33 @@ class Claimant:
     only_cap: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimStep:
+    """A whole claim for a store that does it in one step: the caller's renewal (by its token, the TTL seen for it
+    re-checked), the failing of exhausted lapsed tasks, the claim (as ``TaskTx.claim_task``, the caller's role, repo
+    and caps read with its renewal), its history row (``TOKEN_NOTE`` and the token) and the message to the poster
+    (``CLAIMED_NOTE`` and the title, in the thread ``task:<id>``, stored when the poster is live)."""
+
+    token_hash: str
+    now: datetime
+    only_role: str | None
+    only_repo: str | None
+    only_cap: str | None
+    max_attempts: int
+    fail_reason: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedInOneStep:
+    """What a one-step claim did: the caller renewed, the task it now holds (None: none was claimable) and the
+    sequence of the poster's message (None: no task, or the poster was not live)."""
+
+    agent_id: str
+    task: TaskRecord | None
+    told_seq: int | None
+
+
 class TaskTx(MeshTx, Protocol):
     async def insert_task(self, record: TaskRecord) -> None: ...
 
@@ -213,6 +245,10 @@ class TaskStore(Protocol):
     def transaction(self) -> AbstractAsyncContextManager[TaskTx]: ...
 
     def standalone(self) -> AbstractAsyncContextManager[TaskTx]: ...
+
+    async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
+        """The whole claim in one round trip; None, and nothing written, when the store has no such step or the
+        caller's token or TTL does not qualify (the claim's transaction then says why)."""
 
 
 class TaskNotFound(MeshError):
@@ -307,6 +343,10 @@ class Tasks:
         """The caller's next task, held by it once this answers (a preview names none: which one a claim gets is
         decided by the claim itself, atomically)."""
         now = self.mesh.now()
+        if request.confirm and token:
+            claimed = await self._claim_in_one_step(request, token_hash(token), now)
+            if claimed is not None:
+                return claimed
         async with self.store.transaction() as tx:
             agent = await self.mesh.caller(tx, token, now)
             if not request.confirm:
@@ -319,9 +359,37 @@ class Tasks:
             )
             if task is None:
                 return TaskAnswer(preview=False, task=None)
-            await tx.add_task_event(task.task_id, now, "claimed", agent.agent_id, f"token {task.fence}")
-            told = await self._tell(tx, task, agent.agent_id, f"claimed your task {task.title!r}", now)
+            await tx.add_task_event(task.task_id, now, "claimed", agent.agent_id, f"{TOKEN_NOTE}{task.fence}")
+            told = await self._tell(tx, task, agent.agent_id, CLAIMED_NOTE + task.title, now)
         await self._publish(told)
+        return TaskAnswer(preview=False, task=task.view())
+
+    async def _claim_in_one_step(self, request: TaskClaim, hashed: str, now: datetime) -> TaskAnswer | None:
+        step = ClaimStep(
+            token_hash=hashed,
+            now=now,
+            only_role=request.role,
+            only_repo=request.repo,
+            only_cap=request.cap,
+            max_attempts=self.limits.max_attempts,
+            fail_reason=lost_reason(self.limits.max_attempts),
+            message_id=uuid.uuid4().hex,
+        )
+        claimed = await self.store.claim_in_one_step(step)
+        if claimed is None:
+            return None
+        task = claimed.task
+        if task is None:
+            return TaskAnswer(preview=False, task=None)
+        if claimed.told_seq is not None:
+            message = MessageRecord(
+                message_id=step.message_id,
+                sender=claimed.agent_id,
+                body=CLAIMED_NOTE + task.title,
+                thread_id=f"task:{task.task_id}",
+                sent_at=now,
+            )
+            await self._publish({task.poster: InboxEntry(seq=claimed.told_seq, message=message)})
         return TaskAnswer(preview=False, task=task.view())
 
     async def finish(
@@ -408,7 +476,11 @@ def _outcome(request: TaskDone | TaskFail | TaskRelease) -> tuple[str, str, str 
 
 
 __all__ = [
+    "CLAIMED_NOTE",
+    "TOKEN_NOTE",
+    "ClaimStep",
     "Claimant",
+    "ClaimedInOneStep",
     "StaleClaim",
     "TaskAnswer",
     "TaskClaim",

@@ -24,6 +24,7 @@ from muster_mesh.claims import (
     Claims,
     ReleaseRequest,
     ReleaseResult,
+    check_json,
 )
 from muster_mesh.models import AgentId, Repo
 
@@ -63,7 +64,10 @@ async def release(body: ReleaseRequest, call: Annotated[Call, Depends(Caller())]
     responses=AUTH_ERRORS,
 )
 async def check(body: CheckRequest, call: Annotated[Call, Depends(Caller())]) -> Response:
-    return answer(await Claims(call.mesh).check(body, token=call.token))
+    # Encoded without a model per path (``check_json``: the same bytes): a check of a hundred paths spent more on its
+    # answer's models than on matching them.
+    hits = await Claims(call.mesh).holders(body, token=call.token)
+    return Response(check_json(body.paths, hits), media_type="application/json")
 
 
 @router.get(

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from muster_api.db.dialect import Dialect
@@ -48,6 +48,27 @@ _LIVE_BY: dict[tuple[bool, bool], Any] = {
 def live_statement(by_repo: bool, by_holder: bool) -> Any:
     """The live claims, narrowed to ``p_repo`` and/or ``p_holder``."""
     return _LIVE_BY[by_repo, by_holder]
+
+
+# What a check matches against: the live exclusive claims of ``p_repo`` held by agents other than ``p_me``.
+OTHERS_EXCLUSIVE = live_statement(True, False).where(claims.c.exclusive == true(), claims.c.holder != bindparam("p_me"))
+
+# The same on PostgreSQL after the caller's renewal, in one statement on asyncpg's pool: $1 now, $2 the new expiry,
+# $3 the token hash, $4 the TTL the expiry was computed for, $5 the repo. One row per claim, or one with NULL claim
+# columns; none when the token or TTL does not qualify.
+RENEW_AND_CLAIMS_PG = """
+WITH a AS (
+    UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
+    WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
+    RETURNING agent_id
+)
+SELECT c.claim_id, c.repo, c.holder, c.pattern, c.exclusive, c.reason, c.since
+FROM a LEFT JOIN LATERAL (
+    SELECT k.* FROM mesh_claims AS k JOIN mesh_agents AS h ON h.agent_id = k.holder
+    WHERE h.expires_at > $1 AND k.repo = $5 AND k.exclusive AND k.holder <> a.agent_id
+) AS c ON true
+ORDER BY c.repo, c.holder, c.pattern
+"""
 
 
 def _record(m: object) -> ClaimRecord:
@@ -110,4 +131,4 @@ class SqlClaims:
         )
 
 
-__all__ = ["SqlClaims", "claim_record", "live_statement"]
+__all__ = ["OTHERS_EXCLUSIVE", "RENEW_AND_CLAIMS_PG", "SqlClaims", "claim_record", "live_statement"]

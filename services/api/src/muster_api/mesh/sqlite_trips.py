@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from muster_api.mesh.claims_store import OTHERS_EXCLUSIVE
 from muster_api.mesh.sqlite_driver import DriverStatement
 from muster_api.mesh.store import (
     BUMP_ONE,
@@ -23,7 +24,9 @@ from muster_api.mesh.store import (
     mark_statement,
 )
 from muster_api.mesh.tables import agents
+from muster_api.mesh.tasks_store import ADD_EVENT_SQLITE, CLAIM_SQLITE, FAIL_EXHAUSTED_SQLITE, TASK_COLUMNS
 from muster_mesh.records import READ
+from muster_mesh.tasks import CLAIMED_NOTE, TOKEN_NOTE
 
 T = TypeVar("T")
 
@@ -33,6 +36,7 @@ _INSERT_MESSAGE = DriverStatement(INSERT_MESSAGE)
 _INSERT_INBOX = DriverStatement(INSERT_INBOX, INBOX_ENTRY)
 _READ_INBOX = DriverStatement(READ_INBOX)
 _MARK_READ = DriverStatement(mark_statement(frozenset({READ})))
+_OTHERS_EXCLUSIVE = DriverStatement(OTHERS_EXCLUSIVE)
 _AGENT_ID = _RENEW.names.index(agents.c.agent_id.name)
 
 
@@ -99,6 +103,64 @@ def renew_and_read(
     return lambda conn: _in_transaction(conn, body)
 
 
+def renew_and_claims(
+    renew: Mapping[str, Any], repo: str
+) -> Callable[[sqlite3.Connection], list[dict[str, Any]] | None]:
+    """The caller's renewal and the live exclusive claims of ``repo`` held by others (``OTHERS_EXCLUSIVE``), in one
+    transaction. Answers the claims' rows; None, and nothing written, when the token or TTL does not qualify."""
+
+    def body(conn: sqlite3.Connection) -> list[dict[str, Any]] | None:
+        renewed = _RENEW.run(conn, renew)
+        if not renewed:
+            return None
+        params = {"p_now": renew["p_now"], "p_repo": repo, "p_me": renewed[0][_AGENT_ID]}
+        return [dict(zip(_OTHERS_EXCLUSIVE.names, row, strict=True)) for row in _OTHERS_EXCLUSIVE.run(conn, params)]
+
+    return lambda conn: _in_transaction(conn, body)
+
+
+def claim_task(
+    renew: Mapping[str, Any], claim: Mapping[str, Any], message_id: str
+) -> Callable[[sqlite3.Connection], tuple[str, dict[str, Any] | None, int | None] | None]:
+    """The caller's renewal, the failing of its exhausted lapsed tasks, the claim of its next task, the claim's
+    history row and the message to a live poster in the task's thread, in one transaction (``claim``: the attempts
+    cap, the reason, the filters and now, as ``FAIL_EXHAUSTED_SQLITE`` and ``CLAIM_SQLITE`` name them). Answers
+    (caller, the claimed task's row or None, the poster's sequence or None); None, and nothing written, when the
+    token or TTL does not qualify."""
+
+    def body(conn: sqlite3.Connection) -> tuple[str, dict[str, Any] | None, int | None] | None:
+        renewed = _RENEW.run(conn, renew)
+        if not renewed:
+            return None
+        agent = dict(zip(_RENEW.names, renewed[0], strict=True))
+        me = str(agent["agent_id"])
+        params = {**claim, "p_me": me, "p_role": agent["role"], "p_repo": agent["repo"], "p_caps": agent["caps"]}
+        conn.execute(FAIL_EXHAUSTED_SQLITE, params)
+        claimed = conn.execute(CLAIM_SQLITE, params).fetchall()
+        if not claimed:
+            return me, None, None
+        task = dict(zip(TASK_COLUMNS, claimed[0], strict=True))
+        now = claim["p_now"]
+        event = {"task_id": task["task_id"], "at": now, "kind": "claimed", "agent": me}
+        conn.execute(ADD_EVENT_SQLITE, {**event, "note": f"{TOKEN_NOTE}{task['fence']}"})
+        bumped = _BUMP_ONE.run(conn, {"p_id": task["poster"], "p_now": now})
+        if not bumped:
+            return me, task, None
+        seq = int(bumped[0][1])
+        message = {
+            "message_id": message_id,
+            "sender": me,
+            "body": CLAIMED_NOTE + task["title"],
+            "thread_id": f"task:{task['task_id']}",
+            "sent_at": now,
+        }
+        _INSERT_MESSAGE.run(conn, message)
+        _INSERT_INBOX.run(conn, {"recipient": task["poster"], "seq": seq, "message_id": message_id})
+        return me, task, seq
+
+    return lambda conn: _in_transaction(conn, body)
+
+
 def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
     """One statement (receipts, a follower's wait) in a transaction of its own."""
 
@@ -109,4 +171,4 @@ def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[
     return lambda conn: _in_transaction(conn, body)
 
 
-__all__ = ["one_statement", "renew_and_deliver", "renew_and_read"]
+__all__ = ["claim_task", "one_statement", "renew_and_claims", "renew_and_deliver", "renew_and_read"]

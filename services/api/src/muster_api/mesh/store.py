@@ -59,8 +59,10 @@ from muster_mesh import (
     SweepPolicy,
     SweepReport,
 )
+from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow, shown_row
 from muster_mesh.records import ACKED, READ, WOKEN, Marks
+from muster_mesh.tasks import ClaimedInOneStep, ClaimStep
 
 # How many token → ttl hints to keep (see SqlMeshStore); past it the map starts over.
 MAX_HINTS = 50_000
@@ -711,6 +713,14 @@ class SqlMeshStore:
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
     ) -> tuple[InboxEntry, bool] | None:
         """No one-step send in the portable core: the mesh sends in a transaction."""
+        return None
+
+    async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
+        """No one-step claim in the portable core: the tasks claim in a transaction."""
+        return None
+
+    async def renew_and_claims(self, token_hash: str, now: datetime, repo: str) -> list[ClaimRecord] | None:
+        """No one-step check in the portable core: a check renews and reads statement by statement."""
         return None
 
     @asynccontextmanager

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
+from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG, claim_record
 from muster_api.mesh.store import (
     FOLLOW,
     SqlMeshStore,
@@ -33,9 +34,12 @@ from muster_api.mesh.store import (
     shown_columns,
 )
 from muster_api.mesh.tables import agents, messages
+from muster_api.mesh.tasks_store import CLAIM_PG, task_record
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
+from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
 from muster_mesh.records import Marks
+from muster_mesh.tasks import CLAIMED_NOTE, TOKEN_NOTE, ClaimedInOneStep, ClaimStep
 
 # The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
 # muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
@@ -245,6 +249,30 @@ class PostgresMeshStore(SqlMeshStore):
             if r["seq"] is not None
         ]
         return agent_from(rows[0]), entries
+
+    async def renew_and_claims(self, token_hash: str, now: datetime, repo: str) -> list[ClaimRecord] | None:
+        ttl = self.ttl_hints.get(token_hash)
+        if ttl is None:
+            return None
+        rows = await self.driver.fetch(RENEW_AND_CLAIMS_PG, now, now + timedelta(seconds=ttl), token_hash, ttl, repo)
+        if not rows:
+            return None
+        return [claim_record(r) for r in rows if r["claim_id"] is not None]
+
+    async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
+        # As a read: the expiry from the TTL seen for this token (the statement re-checks it).
+        ttl = self.ttl_hints.get(step.token_hash)
+        if ttl is None:
+            return None
+        now = step.now
+        args = (step.token_hash, now, now + timedelta(seconds=ttl), ttl, step.max_attempts, step.fail_reason)
+        filters = (step.only_role, step.only_repo, step.only_cap)
+        rows = await self.driver.fetch(CLAIM_PG, *args, *filters, step.message_id, CLAIMED_NOTE, TOKEN_NOTE)
+        if not rows:
+            return None
+        row = rows[0]
+        task = task_record(row) if row["task_id"] is not None else None
+        return ClaimedInOneStep(row["caller"], task, row["told_seq"])
 
     async def follow(self, agent_id: str, until: datetime) -> None:
         sql, names = _driver_select(FOLLOW, self.engine.dialect)

@@ -40,10 +40,12 @@ from muster_api.mesh.store import (
     shown_columns,
     stored_time,
 )
+from muster_api.mesh.tasks_store import task_record
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
 from muster_mesh.records import Marks
+from muster_mesh.tasks import ClaimedInOneStep, ClaimStep
 
 T = TypeVar("T")
 
@@ -298,6 +300,37 @@ class SqliteMeshStore(SqlMeshStore):
             for seq, message_id, sender, body, thread_id, sent_at in rows
         ]
         return agent_from(agent), entries
+
+    async def renew_and_claims(self, token_hash: str, now: datetime, repo: str) -> list[ClaimRecord] | None:
+        renew = self._renewal(token_hash, now)
+        if renew is None:
+            return None
+        rows = await self._in_one_trip(sqlite_trips.renew_and_claims(renew, repo))
+        if rows is None:
+            return None
+        return [claim_record({**row, "since": stored_time(row["since"])}) for row in rows]
+
+    async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
+        renew = self._renewal(step.token_hash, step.now)
+        # As a send: a notifier that wakes from inside the transaction has no room in a trip.
+        if renew is None or self.notifier is not None:
+            return None
+        claim = {
+            "p_now": renew["p_now"],
+            "p_max": step.max_attempts,
+            "p_reason": step.fail_reason,
+            "p_only_role": step.only_role,
+            "p_only_repo": step.only_repo,
+            "p_only_cap": step.only_cap,
+        }
+        done = await self._in_one_trip(sqlite_trips.claim_task(renew, claim, step.message_id))
+        if done is None:
+            return None
+        caller, row, seq = done
+        if row is None:
+            return ClaimedInOneStep(caller, None, None)
+        times = {"created_at": stored_time(row["created_at"]), "updated_at": stored_time(row["updated_at"])}
+        return ClaimedInOneStep(caller, task_record({**row, **times}), seq)
 
     async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
         params = {"p_id": agent_id, "p_after": after, "p_through": through, "p_now": time_text(now)}

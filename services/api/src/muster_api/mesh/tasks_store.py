@@ -20,9 +20,113 @@ from muster_api.mesh.tasks_tables import task_events, tasks
 from muster_mesh.tasks import Claimant, TaskEvent, TaskRecord
 
 c = tasks.c
+TASK_COLUMNS = tuple(col.name for col in tasks.c)
+
+# A whole claim in one round trip (``Tasks`` falls back to its transaction, which says why, when the caller's token
+# or the TTL seen for it does not qualify). The same rules as ``SqlTasks.claim_task`` and the transaction around it:
+# addressed to the caller directly or by its role, repo or one of its caps, narrowed by the claim's filters; a
+# claimed task whose holder's lease lapsed is open while its attempts are below the cap and failed once they are not.
+
+# On SQLite, as one function on the driver's thread inside BEGIN IMMEDIATE (``sqlite_trips.claim_task``): the
+# database's write lock serialises the claims of every process. :p_caps is the caller's caps as stored (JSON text).
+_LAPSED_SQLITE = (
+    "mesh_tasks.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM mesh_agents "
+    "WHERE mesh_agents.agent_id = mesh_tasks.holder AND mesh_agents.expires_at > :p_now)"
+)
+_ADDRESSED_SQLITE = (
+    "(to_agent = :p_me OR role = :p_role OR repo = :p_repo OR cap IN (SELECT value FROM json_each(:p_caps))) "
+    "AND (:p_only_role IS NULL OR role = :p_only_role) AND (:p_only_repo IS NULL OR repo = :p_only_repo) "
+    "AND (:p_only_cap IS NULL OR cap = :p_only_cap)"
+)
+FAIL_EXHAUSTED_SQLITE = (
+    "UPDATE mesh_tasks SET state = 'failed', holder = NULL, reason = :p_reason, updated_at = :p_now "  # noqa: S608
+    f"WHERE {_LAPSED_SQLITE} AND attempts >= :p_max AND {_ADDRESSED_SQLITE}"
+)
+CLAIM_SQLITE = (
+    "UPDATE mesh_tasks SET state = 'claimed', holder = :p_me, fence = fence + 1, attempts = attempts + 1, "  # noqa: S608
+    "updated_at = :p_now WHERE task_id = (SELECT task_id FROM mesh_tasks "
+    f"WHERE (state = 'open' OR ({_LAPSED_SQLITE} AND attempts < :p_max)) AND {_ADDRESSED_SQLITE} "
+    f"ORDER BY priority DESC, created_at, task_id LIMIT 1) RETURNING {', '.join(TASK_COLUMNS)}"
+)
+ADD_EVENT_SQLITE = (
+    "INSERT INTO mesh_task_events (task_id, at, kind, agent, note) VALUES (:task_id, :at, :kind, :agent, :note)"
+)
+
+# On PostgreSQL, one statement of data-modifying CTEs, on asyncpg's pool. $1 the caller's token hash, $2 now, $3 its
+# new expiry, $4 the TTL that expiry was computed for, $5 the attempts cap, $6 the reason a task fails at the cap,
+# $7-$9 the claim's role, repo and cap filters, $10 the poster's message_id, $11 the message's text before the
+# title, $12 the history note's before the token.
+# - ``a`` reads the caller (token, lease, TTL); every later part reads it through scalar subqueries, so that the
+#   candidate's pick is one InitPlan and SKIP LOCKED locks the one row it hands out: concurrent claimers skip each
+#   other's candidates, so each task goes to exactly one of them.
+# - ``l`` locks the caller's and the poster's rows in agent_id order, as every writer of two agent rows locks them
+#   (a send between the two cannot deadlock with this claim); ``u`` then renews the caller and bumps a live poster's
+#   sequence in one UPDATE (they may be the same row, which two UPDATEs of one statement may not both change).
+# - the poster's message and inbox entry exist only when ``u`` bumped the poster; the history row with the claim.
+# With no qualifying caller ``a`` is empty and so is everything else: no row comes back.
+_LAPSED_PG = (
+    "{t}.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM mesh_agents AS h WHERE h.agent_id = {t}.holder "
+    "AND h.expires_at > $2)"
+)
+_ADDRESSED_PG = (
+    "({t}.to_agent = (SELECT agent_id FROM a) OR {t}.role = (SELECT role FROM a) OR {t}.repo = (SELECT repo FROM a) "
+    "OR (SELECT caps FROM a) ? {t}.cap) AND ($7::text IS NULL OR {t}.role = $7::text) "
+    "AND ($8::text IS NULL OR {t}.repo = $8::text) AND ($9::text IS NULL OR {t}.cap = $9::text)"
+)
+_CLAIMABLE_PG = "({t}.state = 'open' OR (" + _LAPSED_PG + " AND {t}.attempts < $5))"
+# Built from the constant fragments above: no value is ever formatted into it.
+CLAIM_PG = f"""
+WITH a AS MATERIALIZED (
+    SELECT agent_id, role, repo, caps FROM mesh_agents
+    WHERE token_hash = $1 AND expires_at > $2 AND ttl_seconds = $4
+), f AS (
+    UPDATE mesh_tasks SET state = 'failed', holder = NULL, reason = $6::text, updated_at = $2
+    WHERE {_LAPSED_PG.format(t="mesh_tasks")} AND mesh_tasks.attempts >= $5 AND {_ADDRESSED_PG.format(t="mesh_tasks")}
+), t AS (
+    UPDATE mesh_tasks SET state = 'claimed', holder = (SELECT agent_id FROM a), fence = mesh_tasks.fence + 1,
+        attempts = mesh_tasks.attempts + 1, updated_at = $2
+    WHERE mesh_tasks.task_id = (
+        SELECT q.task_id FROM mesh_tasks AS q
+        WHERE {_CLAIMABLE_PG.format(t="q")} AND {_ADDRESSED_PG.format(t="q")}
+        ORDER BY q.priority DESC, q.created_at, q.task_id
+        LIMIT 1
+        FOR UPDATE OF q SKIP LOCKED
+    ) AND {_CLAIMABLE_PG.format(t="mesh_tasks")}
+    RETURNING mesh_tasks.*
+), l AS MATERIALIZED (
+    SELECT agent_id FROM mesh_agents
+    WHERE agent_id = (SELECT agent_id FROM a) OR agent_id = (SELECT poster FROM t)
+    ORDER BY agent_id
+    FOR UPDATE
+), u AS (
+    UPDATE mesh_agents SET
+        last_seen_at = CASE WHEN agent_id = (SELECT agent_id FROM a) AND token_hash = $1 THEN $2
+            ELSE last_seen_at END,
+        expires_at = CASE WHEN agent_id = (SELECT agent_id FROM a) AND token_hash = $1 THEN $3 ELSE expires_at END,
+        last_seq = CASE WHEN agent_id = (SELECT poster FROM t) THEN last_seq + 1 ELSE last_seq END
+    WHERE agent_id IN (SELECT agent_id FROM l)
+      AND ((agent_id = (SELECT agent_id FROM a) AND token_hash = $1)
+           OR (agent_id = (SELECT poster FROM t) AND expires_at > $2))
+    RETURNING agent_id, last_seq
+), told AS (
+    SELECT t.task_id, t.title, u.agent_id, u.last_seq FROM t JOIN u ON u.agent_id = t.poster
+), m AS (
+    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
+    SELECT $10::text, (SELECT agent_id FROM a), $11::text || told.title, 'task:' || told.task_id, $2 FROM told
+    RETURNING message_id
+), i AS (
+    INSERT INTO mesh_inbox (recipient, seq, message_id)
+    SELECT told.agent_id, told.last_seq, m.message_id FROM told, m
+), e AS (
+    INSERT INTO mesh_task_events (task_id, at, kind, agent, note)
+    SELECT t.task_id, $2, 'claimed', t.holder, $12::text || t.fence FROM t
+)
+SELECT a.agent_id AS caller, (SELECT last_seq FROM told) AS told_seq, t.*
+FROM a LEFT JOIN t ON true
+"""  # noqa: S608
 
 
-def _task(row: Mapping[Any, Any]) -> TaskRecord:
+def task_record(row: Mapping[Any, Any]) -> TaskRecord:
     return TaskRecord(
         task_id=row["task_id"],
         title=row["title"],
@@ -96,7 +200,7 @@ class SqlTasks:
         if for_update:
             stmt = self._store.dialect.lock_rows(stmt)
         row = (await self._conn.execute(stmt)).first()
-        return _task(row._mapping) if row is not None else None
+        return task_record(row._mapping) if row is not None else None
 
     async def claim_task(
         self, claimant: Claimant, now: datetime, *, max_attempts: int, fail_reason: str
@@ -128,7 +232,7 @@ class SqlTasks:
             .returning(*tasks.c)
         )
         row = (await self._conn.execute(stmt)).first()
-        return _task(row._mapping) if row is not None else None
+        return task_record(row._mapping) if row is not None else None
 
     async def finish_task(
         self,
@@ -156,7 +260,7 @@ class SqlTasks:
             .returning(*tasks.c)
         )
         row = (await self._conn.execute(stmt)).first()
-        return _task(row._mapping) if row is not None else None
+        return task_record(row._mapping) if row is not None else None
 
     async def add_task_event(self, task_id: str, at: datetime, kind: str, agent: str | None, note: str | None) -> None:
         await self._conn.execute(task_events.insert().values(task_id=task_id, at=at, kind=kind, agent=agent, note=note))
@@ -173,7 +277,7 @@ class SqlTasks:
             stmt = stmt.where(c.state == state)
         if role is not None:
             stmt = stmt.where(c.role == role)
-        return [_task(r._mapping) for r in (await self._conn.execute(stmt)).all()]
+        return [task_record(r._mapping) for r in (await self._conn.execute(stmt)).all()]
 
     async def live_agent_ids(self, agent_ids: Sequence[str], live_at: datetime) -> set[str]:
         if not agent_ids:
@@ -182,4 +286,12 @@ class SqlTasks:
         return {r.agent_id for r in (await self._conn.execute(stmt)).all()}
 
 
-__all__ = ["SqlTasks"]
+__all__ = [
+    "ADD_EVENT_SQLITE",
+    "CLAIM_PG",
+    "CLAIM_SQLITE",
+    "FAIL_EXHAUSTED_SQLITE",
+    "TASK_COLUMNS",
+    "SqlTasks",
+    "task_record",
+]
