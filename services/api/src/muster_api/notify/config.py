@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-import apprise
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from muster_api.errors import ConfigurationError
@@ -77,6 +76,10 @@ def _target(index: int, url: SecretStr) -> Target:
         raise ConfigurationError(f"{where}: not an Apprise URL (SCHEME://…, e.g. ntfy://, json://, mailto://)")
     if len(value) > MAX_URL_CHARS:
         raise ConfigurationError(f"{where} ({scheme}://…): longer than {MAX_URL_CHARS} characters")
+    # Imported only for a block with URLs: loading Apprise and its plugins takes seconds on a busy machine, which
+    # every `muster serve` without [notify] would pay at start.
+    import apprise
+
     plugin = apprise.Apprise.instantiate(value)
     if plugin is None:
         # Apprise says why only in its log, which may repeat the URL: the scheme is all that is named here.

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import anyio
-import apprise
 
 from muster_api.notify.config import NotifyConfig, Target
 from muster_api.notify.outbox import Claimed, SqlOutbox
@@ -50,7 +49,9 @@ class AttemptFailed(Exception):
 
 
 def send_blocking(target: Target, title: str, body: str, timeout: float) -> None:
-    """One attempt, in a worker thread."""
+    """One attempt, in a worker thread (where Apprise is imported: only an instance with URLs loads it)."""
+    import apprise
+
     plugin = apprise.Apprise.instantiate(target.url.get_secret_value())
     if plugin is None:
         raise AttemptFailed("invalid_url")
