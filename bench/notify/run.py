@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from bench.cpu import process_cpu  # noqa: E402
-from bench.serving import free_port  # noqa: E402
+from bench.serving import free_port, wait_ready  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
 ROUNDS = 6
@@ -50,20 +50,6 @@ class Counting(BaseHTTPRequestHandler):
         self.end_headers()
 
 
-def ready(base: str, process: subprocess.Popen[bytes]) -> None:
-    # A loaded shared machine took minutes to start a server: a bound for a failure, never waited out otherwise.
-    deadline = time.monotonic() + 300
-    while True:
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"muster serve did not start (exit {process.returncode})")
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-
-
 @contextmanager
 def server(checkout: Path, notify: str | None) -> Iterator[tuple[str, int]]:
     checkout.mkdir()
@@ -78,7 +64,8 @@ def server(checkout: Path, notify: str | None) -> Iterator[tuple[str, int]]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        ready(base, process)
+        # A loaded shared machine took minutes to start a server: a bound for a failure, never waited out otherwise.
+        wait_ready(base, process, "muster serve", within=300)
         yield base, process.pid
     finally:
         process.terminate()
