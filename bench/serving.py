@@ -23,10 +23,16 @@ def free_port() -> int:
         return port
 
 
-def wait_ready(base: str, process: subprocess.Popen[bytes], name: str, log: Callable[[], str] = lambda: "") -> None:
+def wait_ready(
+    base: str,
+    process: subprocess.Popen[bytes],
+    name: str,
+    log: Callable[[], str] = lambda: "",
+    within: float = READY_WITHIN,
+) -> None:
     """Return once ``base`` answers ``/readyz`` with 200; raise, with what ``log`` reads then (the process's output),
-    if it exits first or is not ready within a minute."""
-    deadline = time.monotonic() + READY_WITHIN
+    if it exits first or is not ready within ``within`` seconds (a minute)."""
+    deadline = time.monotonic() + within
     while True:
         if process.poll() is not None:
             raise RuntimeError(f"{name} exited with {process.returncode} before it was ready{log()}")
@@ -36,7 +42,7 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], name: str, log: Call
         except httpx.TransportError:
             pass
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{name} not ready within {READY_WITHIN:.0f} s{log()}")
+            raise TimeoutError(f"{name} not ready within {within:.0f} s{log()}")
         time.sleep(0.05)
 
 

@@ -27,6 +27,8 @@ from muster_api.mesh.routes import router as mesh_router
 from muster_api.mesh.search_routes import router as search_router
 from muster_api.mesh.tasks_routes import router as tasks_router
 from muster_api.mesh.threads_routes import router as threads_router
+from muster_api.notify import component as notify_component
+from muster_api.notify.routes import router as notify_router
 from muster_api.runtime import Runtime
 from muster_api.served.apps import PREFIX as SERVED_PREFIX
 from muster_api.served.apps import PUBLIC_CARDS, ServedAgents
@@ -60,6 +62,7 @@ def create_app(
                     await stack.enter_async_context(component.lifespan(app, rt))
                 claims = mesh_claims(app.state.mesh)
                 await stack.enter_async_context(dispatch_component.lifespan(app, rt, claims))
+                await stack.enter_async_context(notify_component.lifespan(app, rt))
                 if freeze_after_start:
                     # Everything alive now (modules, the app, its routes, models and stores) lives as long as the
                     # process: moved out of the collector's generations, a full collection no longer walks it
@@ -85,6 +88,7 @@ def create_app(
         a2a_router,
         dispatch_router,
         config_router,
+        notify_router,
     ):
         app.include_router(router)
     # Each served agent is an A2A sub-application of its own (see served/apps.py), behind the same middlewares.

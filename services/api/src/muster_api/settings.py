@@ -113,6 +113,27 @@ class DispatchSettings(BaseSettings):
         return self.lease_seconds / 3
 
 
+class NotifySettings(BaseSettings):
+    """``MUSTER_NOTIFY_*``: how the sender of notifications ([notify] in the config file) paces itself. The periods
+    are real seconds (sleeps); due times and lookbacks come from the injected clock."""
+
+    model_config = SettingsConfigDict(env_prefix="MUSTER_NOTIFY_", extra="ignore", frozen=True)
+
+    # How often the stores are scanned for new events (and the outbox for due deliveries).
+    scan_seconds: float = Field(default=2.0, gt=0, le=3600)
+    # A person's messages within this long of the first are one notification.
+    coalesce_seconds: float = Field(default=2.0, ge=0, le=3600)
+    # One attempt's bound: Apprise's connect and read timeouts, and how long the sender waits for its thread.
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300)
+    max_attempts: int = Field(default=5, ge=1, le=50)
+    # The wait before attempt n + 1 is backoff_seconds * 2**(n - 1) (capped, with jitter).
+    backoff_seconds: float = Field(default=2.0, ge=0, le=3600)
+    backoff_max_seconds: float = Field(default=600.0, ge=0, le=86400)
+    # How far back a scan looks for failed runs and tasks and lapsed leases (a restart within it misses none).
+    lookback_seconds: float = Field(default=3600.0, gt=0, le=7 * 86400)
+    retention_hours: float = Field(default=7 * 24, gt=0)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MUSTER_", extra="forbid", frozen=True)
 
@@ -134,6 +155,7 @@ class Settings(BaseSettings):
     mesh: MeshSettings = Field(default_factory=MeshSettings)
     a2a: A2ASettings = Field(default_factory=A2ASettings)
     dispatch: DispatchSettings = Field(default_factory=DispatchSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("api_keys")
     @classmethod

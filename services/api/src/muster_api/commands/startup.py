@@ -109,11 +109,14 @@ async def check_database(settings: Settings, *, need_head: bool) -> None:
 
 
 async def check_config(settings: Settings) -> None:
-    """The config file (``MUSTER_CONFIG``) exists when named, parses, and its ``agents`` block is well formed."""
+    """The config file (``MUSTER_CONFIG``) exists when named, parses, and its ``agents`` and ``notify`` blocks are
+    well formed."""
     from muster_a2a import AgentConfigError
-    from muster_api.configfile import load_agents_block
+    from muster_api.configfile import load_agents_block, read_config
+    from muster_api.notify.config import parse_notify
 
     try:
         await load_agents_block(settings.config)
-    except AgentConfigError as exc:
+        parse_notify(await read_config(settings.config))
+    except (AgentConfigError, ConfigurationError) as exc:
         raise ConfigurationError(f"MUSTER_CONFIG: {exc}") from None
