@@ -34,6 +34,7 @@ async def test_a_commit_through_another_connection_wakes_a_reader_of_the_run(tmp
                 with anyio.fail_after(30):  # no other wake-up exists here: only the file watch can end this wait
                     await sub.wait()
             group.cancel_scope.cancel()
+        await writer.aclose()
     finally:
         await here.dispose()
         await there.dispose()
@@ -97,6 +98,7 @@ async def test_a_journal_write_hands_its_rows_to_a_reader_of_the_same_instance(d
                     await sub.wait()
                 assert [o.seq for o in notifier.tail("run-1").since(0) or []] == [1, 2]
             group.cancel_scope.cancel()
+        await store.aclose()
     finally:
         await engine.dispose()
 
@@ -134,6 +136,7 @@ async def test_another_instance_gets_the_rows_in_the_notification_when_they_fit(
                 assert tail.looks == 1
                 assert tail.since(2) is None
             group.cancel_scope.cancel()
+        await writer.aclose()
     finally:
         await here.dispose()
         await there.dispose()
