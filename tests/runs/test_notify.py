@@ -65,6 +65,30 @@ async def test_a_wake_file_wakes_only_the_waiters_of_its_kind(tmp_path: Path) ->
         await there.dispose()
 
 
+async def test_a_run_written_in_another_process_wakes_only_that_run_s_readers(tmp_path: Path) -> None:
+    url = Settings(database_url=f"sqlite:///{tmp_path / 'm.db'}").database_url
+    here, there = create_engine(url), create_engine(url)
+    try:
+        await upgrade(here)
+        notifier, other = RunNotifier(here), RunNotifier(there)
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            async with notifier.subscribe("run-1") as first, notifier.subscribe("run-2") as second:
+                other.fire(["run-1"])
+                with anyio.fail_after(30):
+                    await first.wait()
+                assert notifier.tail("run-2").looks == 0
+                other.fire(["run-2"])
+                with anyio.fail_after(30):
+                    await second.wait()
+                assert notifier.tail("run-1").looks == 1
+            group.cancel_scope.cancel()
+        assert list((tmp_path / "m.db-wake").glob("run.*")) == []  # the run's file is gone with its touch
+    finally:
+        await here.dispose()
+        await there.dispose()
+
+
 def _observations(first: int, count: int, text: str = "x") -> list[Observation]:
     return [
         Observation(seq, "2030-01-01T00:00:00+00:00", "agent", {}, {"text": text})
