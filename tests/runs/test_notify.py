@@ -12,7 +12,7 @@ import pytest
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.dispatch.component import run_store
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, RunTail, control_key
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunListener, RunNotifier, RunTail, RunWaiters, control_key
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 from tests.support.databases import PostgresServer
@@ -94,6 +94,20 @@ def _observations(first: int, count: int, text: str = "x") -> list[Observation]:
         Observation(seq, "2030-01-01T00:00:00+00:00", "agent", {}, {"text": text})
         for seq in range(first, first + count)
     ]
+
+
+def test_an_instance_reads_only_the_notifications_of_runs_it_follows() -> None:
+    """Every instance hears every run's rows; one that follows none of them goes no further than the run id (an
+    unreadable rest would wake every reader, if it were read)."""
+    waiters = RunWaiters()
+    waiters.tails["run-2"] = RunTail()
+    listener = RunListener(create_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/none"), waiters)
+    listener.handed('{"r":"run-1","o":[[1, unreadable')
+    assert waiters.tails["run-2"].looks == 0
+    listener.handed(listener.handing("run-2", _observations(1, 2), None).partition("|")[2])
+    assert [o.seq for o in waiters.tails["run-2"].since(0) or []] == [1, 2]
+    listener.handed('{"r":"run-2","o":[[1, unreadable')  # a followed run's rows that cannot be read: read the rows
+    assert waiters.tails["run-2"].looks == 1
 
 
 def test_a_tail_hands_over_only_what_continues_a_cursor_exactly() -> None:

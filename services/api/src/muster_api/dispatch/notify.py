@@ -126,6 +126,10 @@ class RunWaiters(LocalNotifier):
         super().fire([run_id])
 
 
+# How ``RunListener.handing`` begins a payload, up to the run id.
+_HANDED_RUN = '{"r":"'
+
+
 class RunListener(PgNotifier):
     """The dispatch channel: a payload is either keys (``a,b``) or a run's observations (``{"r": run id, "o":
     [[seq, at, source, scope, event], …], "e": [last seq, run JSON] or null}``)."""
@@ -141,6 +145,11 @@ class RunListener(PgNotifier):
         return payload if len(payload.encode()) <= MAX_PAYLOAD else f"{self.instance}|{run_id}"
 
     def handed(self, rest: str) -> None:
+        # Every instance hears every run's rows: one that follows none of them reads the run id, not the rows.
+        if rest.startswith(_HANDED_RUN) and (end := rest.find('"', len(_HANDED_RUN))) > 0:
+            run_id = rest[len(_HANDED_RUN) : end]
+            if "\\" not in run_id and run_id not in self.waiters.tails:
+                return
         try:
             doc = json.loads(rest)
             run_id, end = str(doc["r"]), doc["e"]
