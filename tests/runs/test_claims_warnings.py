@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from muster_api.dispatch.claims_watch import parse_status
+from muster_api.dispatch.claims_watch import changed_paths, in_work_tree, parse_status
 from tests.dispatch.conftest import InstalledClis
 from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.plans import Reply, ToolCall
@@ -127,3 +127,24 @@ def test_git_status_paths_include_both_sides_of_a_rename_and_untracked_files(tmp
         check=True,
     ).stdout
     assert parse_status(out) == ["docs/old.md", "docs/renamed.md", "new dir/a b.txt", "src/store.py"]
+
+
+@pytest.mark.anyio
+async def test_a_workspace_is_in_a_work_tree_exactly_when_git_finds_one(tmp_path: Path) -> None:
+    """The check before asking git (it spares a short run a process) agrees with git itself: a repository's top, a
+    directory inside it, a linked work tree (its ``.git`` is a file), and a directory in no repository."""
+    project = repository(tmp_path)
+    (project / "src" / "deep").mkdir()
+    git(project, "worktree", "add", "-q", str(tmp_path / "linked"))
+    outside = tmp_path / "plain" / "dir"
+    outside.mkdir(parents=True)
+    for place, expected in [
+        (project, True),
+        (project / "src" / "deep", True),
+        (tmp_path / "linked", True),
+        (outside, False),
+    ]:
+        asked = subprocess.run(["git", "-C", str(place), "rev-parse", "--show-toplevel"], capture_output=True)
+        assert (asked.returncode == 0) is expected, place
+        assert in_work_tree(place) is expected, place
+        assert (await changed_paths(place) is not None) is expected, place

@@ -47,7 +47,10 @@ async def test_sql_journal(name: str, db_url: str) -> None:
             async def open_journal(key: str) -> JournalSink:
                 return await SqlJournal.open(store, key, utc_now)
 
-            yield open_journal
+            try:
+                yield open_journal
+            finally:
+                await store.aclose()
         finally:
             await engine.dispose()
 

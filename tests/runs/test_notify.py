@@ -12,7 +12,7 @@ import pytest
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.dispatch.component import run_store
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, RunTail, control_key
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunListener, RunNotifier, RunTail, RunWaiters, control_key
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 from tests.support.databases import PostgresServer
@@ -34,6 +34,7 @@ async def test_a_commit_through_another_connection_wakes_a_reader_of_the_run(tmp
                 with anyio.fail_after(30):  # no other wake-up exists here: only the file watch can end this wait
                     await sub.wait()
             group.cancel_scope.cancel()
+        await writer.aclose()
     finally:
         await here.dispose()
         await there.dispose()
@@ -64,11 +65,49 @@ async def test_a_wake_file_wakes_only_the_waiters_of_its_kind(tmp_path: Path) ->
         await there.dispose()
 
 
+async def test_a_run_written_in_another_process_wakes_only_that_run_s_readers(tmp_path: Path) -> None:
+    url = Settings(database_url=f"sqlite:///{tmp_path / 'm.db'}").database_url
+    here, there = create_engine(url), create_engine(url)
+    try:
+        await upgrade(here)
+        notifier, other = RunNotifier(here), RunNotifier(there)
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            async with notifier.subscribe("run-1") as first, notifier.subscribe("run-2") as second:
+                other.fire(["run-1"])
+                with anyio.fail_after(30):
+                    await first.wait()
+                assert notifier.tail("run-2").looks == 0
+                other.fire(["run-2"])
+                with anyio.fail_after(30):
+                    await second.wait()
+                assert notifier.tail("run-1").looks == 1
+            group.cancel_scope.cancel()
+        assert list((tmp_path / "m.db-wake").glob("run.*")) == []  # the run's file is gone with its touch
+    finally:
+        await here.dispose()
+        await there.dispose()
+
+
 def _observations(first: int, count: int, text: str = "x") -> list[Observation]:
     return [
         Observation(seq, "2030-01-01T00:00:00+00:00", "agent", {}, {"text": text})
         for seq in range(first, first + count)
     ]
+
+
+def test_an_instance_reads_only_the_notifications_of_runs_it_follows() -> None:
+    """Every instance hears every run's rows; one that follows none of them goes no further than the run id (an
+    unreadable rest would wake every reader, if it were read)."""
+    waiters = RunWaiters()
+    waiters.tails["run-2"] = RunTail()
+    listener = RunListener(create_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/none"), waiters)
+    listener.handed('{"r":"run-1","o":[[1, unreadable')
+    assert waiters.tails["run-2"].looks == 0
+    listener.handed(listener.handing("run-2", _observations(1, 2), None).partition("|")[2])
+    assert [o.seq for o in waiters.tails["run-2"].since(0) or []] == [1, 2]
+    listener.handed('{"r":"run-2","o":[[1, unreadable')  # a followed run's rows that cannot be read: read the rows
+    assert waiters.tails["run-2"].looks == 1
 
 
 def test_a_tail_hands_over_only_what_continues_a_cursor_exactly() -> None:
@@ -97,6 +136,7 @@ async def test_a_journal_write_hands_its_rows_to_a_reader_of_the_same_instance(d
                     await sub.wait()
                 assert [o.seq for o in notifier.tail("run-1").since(0) or []] == [1, 2]
             group.cancel_scope.cancel()
+        await store.aclose()
     finally:
         await engine.dispose()
 
@@ -134,6 +174,7 @@ async def test_another_instance_gets_the_rows_in_the_notification_when_they_fit(
                 assert tail.looks == 1
                 assert tail.since(2) is None
             group.cancel_scope.cancel()
+        await writer.aclose()
     finally:
         await here.dispose()
         await there.dispose()

@@ -49,8 +49,8 @@ def _completed() -> dict[str, Any]:
 
 async def test_the_end_of_a_run_claims_the_next_queued_one_for_the_same_owner(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
+    store = run_store(engine, RunNotifier(engine))
     try:
-        store = run_store(engine, RunNotifier(engine))
         first, second = [await _queue(store, run_id, name) for run_id, name in zip(_two_ids(), "ab", strict=True)]
         claimed = await store.claim("w1", NOW, NOW + LEASE)
         assert claimed is not None and claimed[0].id == first
@@ -66,13 +66,14 @@ async def test_the_end_of_a_run_claims_the_next_queued_one_for_the_same_owner(db
         # Nothing queued any more: the end is stored, and nothing is claimed.
         assert await store.finish_and_claim(second, "w1", _completed(), [], NOW, NOW + LEASE) == (True, None)
     finally:
+        await store.aclose()
         await engine.dispose()
 
 
 async def test_an_end_refused_to_a_worker_that_lost_the_run_still_claims_the_next_one(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
+    store = run_store(engine, RunNotifier(engine))
     try:
-        store = run_store(engine, RunNotifier(engine))
         first, second = [await _queue(store, run_id, name) for run_id, name in zip(_two_ids(), "ab", strict=True)]
         assert await store.claim("w1", NOW, NOW + LEASE) is not None
         assert await store.interrupt_lapsed(NOW + 2 * LEASE) == [first]
@@ -83,4 +84,5 @@ async def test_an_end_refused_to_a_worker_that_lost_the_run_still_claims_the_nex
         assert interrupted is not None and interrupted.status == "interrupted"
         assert await store.events_after(first, 0) == []  # the late rows of a run taken away are not stored
     finally:
+        await store.aclose()
         await engine.dispose()

@@ -44,9 +44,9 @@ class Counting:
 
 async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no_rows(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
+    notifier = RunNotifier(engine)
+    store = run_store(engine, notifier)
     try:
-        notifier = RunNotifier(engine)
-        store = run_store(engine, notifier)
         counting = Counting(store)
         state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
         async with anyio.create_task_group() as group:
@@ -71,15 +71,18 @@ async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no
             assert rest.count("id: ") == 1 and "id: 2\n" in rest and rest.count("event: result") == 1
             group.cancel_scope.cancel()
     finally:
+        await store.aclose()
         await engine.dispose()
 
 
 async def test_a_stream_of_no_run_refuses_before_its_first_item(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
+    notifier = RunNotifier(engine)
+    store = run_store(engine, notifier)
     try:
-        notifier = RunNotifier(engine)
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=run_store(engine, notifier)))
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
         with pytest.raises(UnknownRunError):
             await anext(sse_stream(state, new_run_id(), 0))
     finally:
+        await store.aclose()
         await engine.dispose()

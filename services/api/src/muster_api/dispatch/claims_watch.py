@@ -12,6 +12,7 @@ git work tree is not checked. The claims are asked through a ``ClaimsLookup`` th
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,19 @@ async def workspace_repo(root: Path) -> str:
     return root.name
 
 
+def in_work_tree(workspace: Path) -> bool:
+    """Whether git could find a repository from here: a ``.git`` (directory, or file of a linked work tree) in the
+    workspace or a directory above it, as git's own discovery looks. A few ``stat`` calls, where asking git is a
+    process started and waited for after every turn, most of a short run's cost when the workspace is none."""
+    if "GIT_DIR" in os.environ:  # git is told where the repository is: only git can say
+        return True
+    return any((directory / ".git").exists() for directory in (workspace, *workspace.parents))
+
+
 async def changed_paths(workspace: Path) -> tuple[Path, list[str]] | None:
     """The work tree's top and its changed paths (relative to that top); None outside a git work tree."""
+    if not in_work_tree(workspace):
+        return None
     top = await _git(workspace, "rev-parse", "--show-toplevel")
     if top is None:
         return None
@@ -114,4 +126,12 @@ async def warn_of_claims(lookup: ClaimsLookup, workspace: Path, journal: Recorde
     return len(held)
 
 
-__all__ = ["ClaimsLookup", "HeldPath", "changed_paths", "parse_status", "warn_of_claims", "workspace_repo"]
+__all__ = [
+    "ClaimsLookup",
+    "HeldPath",
+    "changed_paths",
+    "in_work_tree",
+    "parse_status",
+    "warn_of_claims",
+    "workspace_repo",
+]

@@ -131,16 +131,20 @@ async def running(
         await state.reload()
     except AgentConfigError as exc:
         raise ConfigurationError(str(exc)) from None
-    async with anyio.create_task_group() as group:
-        await group.start(state.notifier.run)
-        for index in range(state.settings.workers):
-            group.start_soon(work_forever, state, f"{state.instance}/{index}")
-        group.start_soon(sweep_forever, state)
-        group.start_soon(serve_sleepers, state)
-        try:
-            yield state
-        finally:
-            group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(state.notifier.run)
+            for index in range(state.settings.workers):
+                group.start_soon(work_forever, state, f"{state.instance}/{index}")
+            group.start_soon(sweep_forever, state)
+            group.start_soon(serve_sleepers, state)
+            try:
+                yield state
+            finally:
+                group.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):  # once every worker is done with it
+            await state.store.aclose()
 
 
 @asynccontextmanager

@@ -10,8 +10,8 @@ instance and, when they fit the NOTIFY payload, on the others: a reader whose cu
 them without reading the rows (``RunTail``). Any other wake-up, a gap in sequence numbers or a payload that did not
 fit says "look": the reader reads the rows.
 
-SQLite has no NOTIFY: processes sharing the file wake each other through files beside it, one per kind of key,
-watched with watchfiles (``wakefiles.py``).
+SQLite has no NOTIFY: processes sharing the file wake each other through files beside it, one per kind of key and
+one per run written (its readers alone), watched with watchfiles (``wakefiles.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
 from muster_api.db.url import sqlite_path
-from muster_api.dispatch.wakefiles import WakeFiles
+from muster_api.dispatch.wakefiles import RUN_PREFIX, WakeFiles
 from muster_dispatch import Observation
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -126,6 +126,10 @@ class RunWaiters(LocalNotifier):
         super().fire([run_id])
 
 
+# How ``RunListener.handing`` begins a payload, up to the run id.
+_HANDED_RUN = '{"r":"'
+
+
 class RunListener(PgNotifier):
     """The dispatch channel: a payload is either keys (``a,b``) or a run's observations (``{"r": run id, "o":
     [[seq, at, source, scope, event], …], "e": [last seq, run JSON] or null}``)."""
@@ -141,6 +145,11 @@ class RunListener(PgNotifier):
         return payload if len(payload.encode()) <= MAX_PAYLOAD else f"{self.instance}|{run_id}"
 
     def handed(self, rest: str) -> None:
+        # Every instance hears every run's rows: one that follows none of them reads the run id, not the rows.
+        if rest.startswith(_HANDED_RUN) and (end := rest.find('"', len(_HANDED_RUN))) > 0:
+            run_id = rest[len(_HANDED_RUN) : end]
+            if "\\" not in run_id and run_id not in self.waiters.tails:
+                return
         try:
             doc = json.loads(rest)
             run_id, end = str(doc["r"]), doc["e"]
@@ -173,7 +182,7 @@ class RunNotifier:
         if self._pg is not None:
             await self._pg.run(task_status=task_status)
         elif self._files is not None:
-            await self._files.watch(self._wake_kind, task_status=task_status)
+            await self._files.watch(self._wake_name, task_status=task_status)
         else:
             task_status.started()
 
@@ -194,13 +203,22 @@ class RunNotifier:
         """The run's tail while this process has a subscription to it."""
         return self._local.tails[run_id]
 
-    def _wake_kind(self, kind: str) -> None:
-        self._local.fire([key for key in self._keys if kind_of(key) == kind])
+    def _wake_name(self, name: str) -> None:
+        if name.startswith(RUN_PREFIX):
+            run_id = name.removeprefix(RUN_PREFIX)
+            if run_id in self._keys:
+                self._local.fire([run_id])
+            return
+        self._local.fire([key for key in self._keys if kind_of(key) == name])
 
     def _touch(self, keys: Iterable[str]) -> None:
-        if self._files is not None:
-            for kind in {kind_of(key) for key in keys}:
-                self._files.touch(kind)
+        if self._files is None:
+            return
+        for key in set(keys):
+            if kind_of(key) == "events":  # a run's rows or its end: its readers alone
+                self._files.touch_run(key)
+        for kind in {kind_of(key) for key in keys} - {"events"}:
+            self._files.touch(kind)
 
     async def in_transaction(self, conn: AsyncConnection, keys: Sequence[str]) -> None:
         if self._pg is not None:

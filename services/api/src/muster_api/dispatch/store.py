@@ -54,6 +54,9 @@ class SqlRunStore:
             postgresql=engine.execution_options(isolation_level="AUTOCOMMIT"),
         )
 
+    async def aclose(self) -> None:
+        """Before the engine is disposed: close what the store holds beside it (nothing here)."""
+
     # -- runs ---------------------------------------------------------------------------------------------------
 
     async def create(self, values: dict[str, Any]) -> Run:

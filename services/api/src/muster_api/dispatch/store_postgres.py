@@ -11,23 +11,37 @@ time in those round trips, each a context switch on a loaded machine).
   worker's next run claimed in the same statement.
 
 A statement is atomic: each keeps the guarantees of the transaction it replaces.
+
+They run on asyncpg's own pool (``DriverPool``), not the engine's, as do the two reads every run's stream makes (the
+run, its rows): SQLAlchemy's checkout, statement and result machinery around a statement cost the API and the worker
+more CPU than the statement itself (each run pays five of them). The statements are SQLAlchemy's compilation of the
+texts below, so the parameters are the same names on both paths; what asyncpg answers is decoded here (the JSON
+columns arrive as text).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from functools import lru_cache
+from typing import Any, cast
 
-from sqlalchemy import Boolean, Integer, bindparam, column, text
+import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import Boolean, Integer, bindparam, column, select, text
+from sqlalchemy.engine import Dialect as SaDialect
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
 from muster_api.db.dialect import Dialect
+from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier
 from muster_api.dispatch.store import SqlRunStore, run_of
-from muster_api.dispatch.tables import runs
+from muster_api.dispatch.tables import events, runs
 from muster_dispatch import Observation
 
 # The columns a queued run has, with the NOTIFY that wakes idle workers.
@@ -111,6 +125,18 @@ _FINISH_AND_CLAIM = (
     .columns(column("finished", Integer), *runs.columns, column("has_controls", Boolean))
 )
 
+_GET = select(runs).where(runs.c.id == bindparam("run_id"))
+_EVENTS_AFTER = (
+    select(events.c.seq, events.c.at, events.c.source, events.c.scope, events.c.event)
+    .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
+# The run columns asyncpg hands over as JSON text.
+_JSON_COLUMNS = tuple(c.name for c in runs.columns if c.name in ("request", "attempts", "usage", "error"))
+# Connections of this pool (beside the engine's and the mesh's): a process runs a few of these statements at once.
+RUN_POOL_SIZE = 5
+
 _OUTCOME_TEXT = ("status", "selected", "text", "conversation")
 _OUTCOME_JSON = ("attempts", "usage", "error")
 
@@ -129,6 +155,22 @@ def _arrays(batch: list[Observation]) -> dict[str, list[Any]]:
     }
 
 
+@lru_cache(maxsize=32)
+def _positional(stmt: ClauseElement, dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
+    """A statement compiled once for asyncpg: its SQL and the names of its positional parameters, in order."""
+    compiled = cast(SQLCompiler, stmt.compile(dialect=dialect))
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+def _run_row(record: Any) -> dict[str, Any]:
+    """The columns of a run as the engine would hand them over (JSON decoded)."""
+    row = dict(record)
+    for name in _JSON_COLUMNS:
+        if isinstance(row.get(name), str):
+            row[name] = json.loads(row[name])
+    return row
+
+
 def _claimed(row: dict[str, Any]) -> tuple[Run, bool]:
     """A claimed run and whether controls wait for it, from the columns ``_CLAIMED`` returns."""
     has_controls = bool(row.pop("has_controls"))
@@ -138,7 +180,14 @@ def _claimed(row: dict[str, Any]) -> tuple[Run, bool]:
 class PostgresRunStore(SqlRunStore):
     def __init__(self, engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> None:
         super().__init__(engine, notifier, dialect)
-        self.autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.driver = DriverPool(asyncpg_dsn(engine), size=RUN_POOL_SIZE)
+
+    async def _fetch(self, stmt: ClauseElement, params: Mapping[str, Any]) -> list[Any]:
+        sql, names = _positional(stmt, self.engine.dialect)
+        return await self.driver.fetch(sql, *(params[name] for name in names))
+
+    async def aclose(self) -> None:
+        await self.driver.aclose()
 
     def _notify_params(self, keys: list[str]) -> dict[str, str]:
         channel, payload = self.notifier.payload(keys)
@@ -152,15 +201,24 @@ class PostgresRunStore(SqlRunStore):
         params.update(
             self._notify_params([NEW_RUN]), request=json.dumps(values["request"]), queued_at=values["queued_at"]
         )
-        async with self.autocommit.connect() as conn:
-            await conn.execute(_QUEUE, params)
+        try:
+            await self._fetch(_QUEUE, params)
+        except asyncpg.UniqueViolationError as exc:  # the engine's error, which callers know
+            raise IntegrityError("queue a run", None, exc) from exc
         self.notifier.fire([NEW_RUN])
         return run_of(values)
 
+    async def get(self, run_id: str) -> Run | None:
+        rows = await self._fetch(_GET, {"run_id": run_id})
+        return run_of(_run_row(rows[0])) if rows else None
+
+    async def events_after(self, run_id: str, after: int, limit: int = 1000) -> list[Observation]:
+        rows = await self._fetch(_EVENTS_AFTER, {"run_id": run_id, "after": after, "limit": limit})
+        return [Observation(row[0], row[1], row[2], json.loads(row[3]), json.loads(row[4])) for row in rows]
+
     async def claim(self, owner: str, now: datetime, until: datetime) -> tuple[Run, bool] | None:
-        async with self.autocommit.connect() as conn:
-            row = (await conn.execute(_CLAIM, {"owner": owner, "now": now, "until": until})).mappings().first()
-        return _claimed(dict(row)) if row is not None else None
+        rows = await self._fetch(_CLAIM, {"owner": owner, "now": now, "until": until})
+        return _claimed(_run_row(rows[0])) if rows else None
 
     async def finish(
         self,
@@ -172,8 +230,7 @@ class PostgresRunStore(SqlRunStore):
     ) -> bool:
         params = self._outcome_params(run_id, owner, values, last_events or [])
         params.update(self._handing(run_id, last_events or [], end))
-        async with self.autocommit.connect() as conn:
-            changed = (await conn.execute(_FINISH, params)).first() is not None
+        changed = bool(await self._fetch(_FINISH, params))
         if changed:
             self.notifier.hand(run_id, last_events or [], end)
         return changed
@@ -190,8 +247,8 @@ class PostgresRunStore(SqlRunStore):
     ) -> tuple[bool, tuple[Run, bool] | None]:
         params = self._outcome_params(run_id, owner, values, last_events)
         params.update(self._handing(run_id, last_events, end), now=now, until=until)
-        async with self.autocommit.connect() as conn:
-            row = dict((await conn.execute(_FINISH_AND_CLAIM, params)).mappings().one())
+        (record,) = await self._fetch(_FINISH_AND_CLAIM, params)
+        row = _run_row(record)
         changed = bool(row.pop("finished"))
         if changed:
             self.notifier.hand(run_id, last_events, end)
@@ -199,8 +256,7 @@ class PostgresRunStore(SqlRunStore):
 
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
         params = {**_arrays(batch), "run_id": run_id, **self._handing(run_id, batch)}
-        async with self.autocommit.connect() as conn:
-            await conn.execute(_APPEND, params)
+        await self._fetch(_APPEND, params)
         self.notifier.hand(run_id, batch)
 
     @staticmethod

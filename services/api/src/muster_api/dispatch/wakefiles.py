@@ -4,6 +4,12 @@ a process writes a byte to the file of its kind (``queued``: a run to claim; ``e
 inotify on Linux, the platform's own notifications elsewhere) wakes its waiters of that kind. A commit nobody waits
 for (the mesh's) touches none of them and wakes nobody.
 
+A run's journal and its end wake only the readers of that run: the writer creates, writes and removes
+``run.<run id>`` there (nothing is left behind), and a watcher wakes that run's readers alone. With one file for
+all runs, every write woke every stream of every process, and each read the database to find nothing new: with
+eight runs followed at once, eight reads for each write. A run's rows are written by one process at a time (its
+worker), one write after the other, so no two writers race on one run's file.
+
 Not the database's ``-wal`` file: every commit writes it, the mesh's and the process's own included, and each would
 wake the idle workers to look for runs.
 """
@@ -19,6 +25,7 @@ from anyio.abc import TaskStatus
 from watchfiles import awatch
 
 KINDS = ("queued", "events", "controls")
+RUN_PREFIX = "run."
 WATCHING = "watching"
 """The file a process touches once its watch is set up: seeing its own touch come back is how it knows it watches
 (a touch of another kind before that could be missed)."""
@@ -38,7 +45,15 @@ class WakeFiles:
 
     def touch(self, kind: str) -> None:
         """After a commit: wake the watching processes' waiters of this kind (this one's too: a spare look)."""
-        path = self.directory / kind
+        self._write(self.directory / kind)
+
+    def touch_run(self, run_id: str) -> None:
+        """After a commit of a run's rows or its end: wake the readers of that run, in every watching process."""
+        path = self.directory / f"{RUN_PREFIX}{run_id}"
+        self._write(path)
+        os.unlink(path)
+
+    def _write(self, path: Path) -> None:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except FileNotFoundError:
@@ -50,7 +65,8 @@ class WakeFiles:
             os.close(fd)
 
     async def watch(self, wake: Callable[[str], None], *, task_status: TaskStatus[None]) -> None:
-        """Call ``wake(kind)`` for the touches of every process, until cancelled; started once watching."""
+        """Call ``wake(name)`` for the touches of every process, until cancelled; started once watching. A name is
+        a kind (``KINDS``) or ``run.<run id>``."""
         self.directory.mkdir(exist_ok=True)
         changes = awatch(
             self.directory, watch_filter=None, debounce=STEP_MS, step=STEP_MS, rust_timeout=RETURN_MS, recursive=False
@@ -67,8 +83,9 @@ class WakeFiles:
                 if not watching and WATCHING in kinds:
                     watching = True
                     task_status.started()
-                for kind in kinds & set(KINDS):
-                    wake(kind)
+                for name in kinds:
+                    if name in KINDS or name.startswith(RUN_PREFIX):
+                        wake(name)
                 batch = await anext(changes)
         finally:
             await changes.aclose()
