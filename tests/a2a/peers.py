@@ -12,6 +12,7 @@ The agent is scripted by the first word of the user's message:
     auth <text>       auth-required
     cancel <text>     the agent cancels the task itself
     slow <seconds>    working for <seconds>, then artifact "done", completed
+    late <seconds>    answers the send only after <seconds> (its task's handle arrives late), then works until cancelled
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ class ScriptedExecutor(AgentExecutor):
         if command == "message":
             await event_queue.enqueue_event(new_text_message(arg, context_id=context.context_id, role=Role.ROLE_AGENT))
             return
+        if command == "late":
+            await asyncio.sleep(float(arg))  # the peer's own slowness: the handle leaves after the caller's budget
+            command, arg = "slow", "3600"
         task = context.current_task
         if task is None:
             task = new_task_from_user_message(context.message)
