@@ -12,6 +12,7 @@ The agent is scripted by the first word of the user's message:
     auth <text>       auth-required
     cancel <text>     the agent cancels the task itself
     slow <seconds>    working for <seconds>, then artifact "done", completed
+    held <text>       working until the test sets ``executor.released``, then artifact "done", completed
     late <seconds>    answers the send only after <seconds> (its task's handle arrives late), then works until cancelled
 """
 
@@ -46,6 +47,7 @@ class ScriptedExecutor(AgentExecutor):
     def __init__(self) -> None:
         self.cancelled: list[str] = []
         self.started: list[str] = []
+        self.released = asyncio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None
@@ -89,9 +91,9 @@ class ScriptedExecutor(AgentExecutor):
             await updater.requires_auth(says(arg))
         elif command == "cancel":
             await updater.cancel(says(arg))
-        elif command == "slow":
+        elif command in ("slow", "held"):
             await updater.start_work()
-            await asyncio.sleep(float(arg))
+            await (self.released.wait() if command == "held" else asyncio.sleep(float(arg)))
             await updater.add_artifact([Part(text="done")], name="answer")
             await updater.complete()
         else:
