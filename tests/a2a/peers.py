@@ -12,6 +12,8 @@ The agent is scripted by the first word of the user's message:
     auth <text>       auth-required
     cancel <text>     the agent cancels the task itself
     slow <seconds>    working for <seconds>, then artifact "done", completed
+    held <text>       working until the test sets ``executor.released``, then artifact "done", completed
+    late <seconds>    answers the send only after <seconds> (its task's handle arrives late), then works until cancelled
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ScriptedExecutor(AgentExecutor):
     def __init__(self) -> None:
         self.cancelled: list[str] = []
         self.started: list[str] = []
+        self.released = asyncio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         assert context.message is not None
@@ -53,6 +56,9 @@ class ScriptedExecutor(AgentExecutor):
         if command == "message":
             await event_queue.enqueue_event(new_text_message(arg, context_id=context.context_id, role=Role.ROLE_AGENT))
             return
+        if command == "late":
+            await asyncio.sleep(float(arg))  # the peer's own slowness: the handle leaves after the caller's budget
+            command, arg = "slow", "3600"
         task = context.current_task
         if task is None:
             task = new_task_from_user_message(context.message)
@@ -85,9 +91,9 @@ class ScriptedExecutor(AgentExecutor):
             await updater.requires_auth(says(arg))
         elif command == "cancel":
             await updater.cancel(says(arg))
-        elif command == "slow":
+        elif command in ("slow", "held"):
             await updater.start_work()
-            await asyncio.sleep(float(arg))
+            await (self.released.wait() if command == "held" else asyncio.sleep(float(arg)))
             await updater.add_artifact([Part(text="done")], name="answer")
             await updater.complete()
         else:

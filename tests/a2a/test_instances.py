@@ -237,7 +237,8 @@ async def test_reload_closes_a_superseded_agent_set_once_its_calls_end(db_url: s
             assert previous.closed and state.agents is not previous and state.retired == []
 
         running_on = state.agents
-        started = await client.post("/a2a/tools/Shared_echo/call", json={"task": "slow 0.5", "wait": False})
+        # Held until both reloads are made: a call of fixed length could end before them on a loaded machine.
+        started = await client.post("/a2a/tools/Shared_echo/call", json={"task": "held", "wait": False})
         call_id = started.json()["id"]
         await wait_for(client, call_id, until="handle")
         assert (await client.post("/a2a/reload")).status_code == 200
@@ -246,6 +247,7 @@ async def test_reload_closes_a_superseded_agent_set_once_its_calls_end(db_url: s
         assert (await client.post("/a2a/reload")).status_code == 200
         assert spare.closed and state.retired == [running_on], "the set in between had no call: closed at once"
 
+        peer.executor.released.set()
         done = await wait_for(client, call_id, until="done")
         assert done["result"]["text"] == "done", "the call finished on the set it started on"
         await until(lambda: running_on.closed)

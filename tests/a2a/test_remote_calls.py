@@ -130,6 +130,18 @@ async def test_timeout_cancels_the_remote_task(peer: Peer) -> None:
     assert result.metadata["state"] == "canceled"
 
 
+async def test_a_handle_that_arrives_after_the_budget_is_still_cancelled(peer: Peer) -> None:
+    # The peer answers the send only after the whole budget: a timeout that gave up on the send would never learn
+    # the task's id, and the task would work on unseen. The call waits for the handle and cancels that task.
+    [tool] = (await resolve(peer, timeout=200)).tools
+    result = await tool.call("late 1")
+    task_id = result.metadata["task_id"]
+    assert result.is_error and task_id, result.text
+    assert result.text.startswith(f"A2A task {task_id} timed out after 200ms")
+    assert task_id in peer.executor.cancelled, "the server must have seen the CancelTask"
+    assert result.metadata["state"] == "canceled"
+
+
 async def test_progress_reports_the_handle_before_the_end(peer: Peer) -> None:
     [tool] = (await resolve(peer)).tools
     seen: list[Progress] = []

@@ -40,7 +40,7 @@ def live_service(
         **env,
     }
     # Generous: importing the service takes seconds of CPU, and the machine running the tests may be busy.
-    with server_process(db_url, ready_within=120, MUSTER_CONFIG=str(config), MUSTER_API_KEYS=keys, **env) as server:
+    with server_process(db_url, MUSTER_CONFIG=str(config), MUSTER_API_KEYS=keys, **env) as server:
         yield server
 
 

@@ -20,7 +20,7 @@ from muster_api.runtime import Runtime
 from muster_api.settings import Settings
 from muster_mesh import FakeClock
 from tests.support.app import serve
-from tests.support.net import free_port
+from tests.support.net import READY_WITHIN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,7 @@ class ServerProcess:
 
 
 @contextmanager
-def server_process(db_url: str, *, ready_within: float = 90.0, **env: str) -> Iterator[ServerProcess]:
+def server_process(db_url: str, *, ready_within: float = READY_WITHIN, **env: str) -> Iterator[ServerProcess]:
     port = free_port()
     environ = {
         **os.environ,

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.net import free_port
+from tests.support.net import READY_WITHIN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MUSTER = Path(sys.executable).with_name("muster")
 
 # A deadline for a failure, never waited out when all is well: a loaded 2-core machine took 55 s to start a worker.
-READY_WITHIN = 180.0
 
 
 KEPT = ("MUSTER_CLI_CACHE", "MUSTER_HOST_HOME")  # the cache of the pinned CLIs; the fake host home of the logins

@@ -48,30 +48,42 @@ async def test_a_burst_of_messages_wakes_one_run_that_continues_the_conversation
     fake_openai: FakeOpenAI,
 ) -> None:
     agents = {"sleepy": {**codex(fake_openai.url), "wake": True}}
-    async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
-        await until(lambda: asleep(url, "sleepy"), "the agent asleep on the roster before any run")
-        fake_openai.script.plan(Reply(text="Noted: the word is PELICAN."), Reply(text="Woken and done."))
-        first = await finished(
-            client, (await start(client, agent="sleepy", prompt="Remember PELICAN", workspace="nest"))["id"]
-        )
-        assert first["status"] == "completed" and first["conversation"], first
-        await until(lambda: asleep(url, "sleepy"), "asleep again after its run")
-        with MusterClient(url) as person:
-            person.checkin("person", confirm=True)
-            answers = [person.send(f"private body {n}", to="sleepy", confirm=True) for n in range(20)]
-            assert {getattr(a, "wake", None) for a in answers} == {"scheduled"}
-            other = person.send("not for a sleeper", to="person", confirm=True)
-            assert getattr(other, "wake", "absent") is None, "no wake for an agent the service does not run"
-        woken = (await until(lambda: len(_runs_now(url, "sleepy")) == 2 and _runs_now(url, "sleepy"), "a wake"))[-1]
-        done = await finished(client, woken["id"])
-        assert done["status"] == "completed" and done["text"] == "Woken and done.", done
-        assert done["prompt"] == wake_prompt(20) and "private body" not in done["prompt"]
-        assert (done["workspace"], done["continuation"]["conversation"]) == ("nest", first["conversation"])
-        request = fake_openai.script.model_requests()[-1]
-        assert "Remember PELICAN" in user_texts(request), "the woken run continues the earlier turn"
-        assert "private body" not in json.dumps(request.body)
-        await until(lambda: asleep(url, "sleepy"), "asleep again after the woken run")
-        assert len(await runs_of(client, "sleepy")) == 2, "a burst is one run"
+    # The burst is sent while the agent's run holds its model answer: twenty sends one after another take longer
+    # than the quiet that ends an arrival on a loaded machine, so sent to a sleeper they could be several
+    # arrivals. Sent meanwhile, they are one wake owed to the run's end, whatever their pace.
+    gate = threading.Event()
+    fake_openai.script.plan(Reply(text="Noted: the word is PELICAN.", gate=gate), Reply(text="Woken and done."))
+    try:
+        async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
+            await until(lambda: asleep(url, "sleepy"), "the agent asleep on the roster before any run")
+            first = await start(client, agent="sleepy", prompt="Remember PELICAN", workspace="nest")
+            await until(lambda: fake_openai.script.model_requests(), "the held first answer: the run is running")
+            with MusterClient(url) as person:
+                person.checkin("person", confirm=True)
+                answers = [person.send(f"private body {n}", to="sleepy", confirm=True) for n in range(20)]
+                assert {getattr(a, "wake", None) for a in answers} == {"scheduled"}
+                other = person.send("not for a sleeper", to="person", confirm=True)
+                assert getattr(other, "wake", "absent") is None, "no wake for an agent the service does not run"
+            gate.set()
+            first = await finished(client, first["id"])
+            assert first["status"] == "completed" and first["conversation"], first
+            await _the_woken_run(client, url, fake_openai, first)
+    finally:
+        gate.set()
+
+
+async def _the_woken_run(client: httpx.AsyncClient, url: str, fake_openai: FakeOpenAI, first: dict[str, Any]) -> None:
+    """The run owed to the first one's end: one, counting the twenty, continuing the conversation, no body."""
+    woken = (await until(lambda: len(_runs_now(url, "sleepy")) == 2 and _runs_now(url, "sleepy"), "a wake"))[-1]
+    done = await finished(client, woken["id"])
+    assert done["status"] == "completed" and done["text"] == "Woken and done.", done
+    assert done["prompt"] == wake_prompt(20) and "private body" not in done["prompt"]
+    assert (done["workspace"], done["continuation"]["conversation"]) == ("nest", first["conversation"])
+    request = fake_openai.script.model_requests()[-1]
+    assert "Remember PELICAN" in user_texts(request), "the woken run continues the earlier turn"
+    assert "private body" not in json.dumps(request.body)
+    await until(lambda: asleep(url, "sleepy"), "asleep again after the woken run")
+    assert len(await runs_of(client, "sleepy")) == 2, "a burst is one run"
 
 
 def _runs_now(url: str, agent: str) -> list[dict[str, Any]]:

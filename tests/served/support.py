@@ -28,7 +28,7 @@ from muster_api.app import create_app
 from muster_api.settings import Settings
 from muster_dispatch import AgentEvent, AgentInput
 from tests.support.live import live_server
-from tests.support.net import free_port
+from tests.support.net import READY_WITHIN, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,7 +105,7 @@ def muster_process(db_url: str, tmp_path: Path) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) as process:
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + READY_WITHIN
             while not _ready(base):
                 if process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("muster serve did not start")

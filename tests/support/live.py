@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 import uvicorn
 
-from tests.support.net import free_port
+from tests.support.net import READY_WITHIN, free_port
 
 
 @contextmanager
@@ -23,7 +23,7 @@ def serve_in_thread(app: Any, *, lifespan: Literal["on", "off"] = "off", port: i
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"served-{port}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + READY_WITHIN
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError(f"the app did not start on port {port}")

@@ -4,6 +4,7 @@ bound, not at the test runner's timeout."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import anyio
@@ -15,7 +16,8 @@ from tests.dispatch.unit.support import make_cli
 
 pytestmark = pytest.mark.anyio
 
-# A Claude-like CLI that starts its session, then waits; the signal that stops it is written to $SIGNAL_FILE.
+# A Claude-like CLI that starts its session, then waits; the signal that stops it is written to $SIGNAL_FILE. The
+# stop signals are unblocked once the handler is set: one that came while they were blocked is handled then.
 WAITING_CLI = r"""
 import signal
 def stopped(signum, frame):
@@ -24,6 +26,7 @@ def stopped(signum, frame):
     sys.exit(143)
 signal.signal(signal.SIGTERM, stopped)
 signal.signal(signal.SIGINT, stopped)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-wait", "model": "fake-1"}), flush=True)
 while True:
     time.sleep(3600)
@@ -55,8 +58,16 @@ async def test_a_cancel_sends_the_cli_sigterm(tmp_path: Path) -> None:
 
 async def test_a_deadline_is_enforced_and_sends_the_cli_sigterm(tmp_path: Path) -> None:
     agent, signal_file = _waiting(tmp_path)
-    running = dispatch(agent, AgentInput("wait"), workspace=tmp_path, deadline=0.5)
-    with anyio.fail_after(BOUND_SECONDS):
-        result = await running.result()
+    # The deadline may come before the CLI's Python has set its handler (its start takes longer than that on a
+    # loaded machine), and the SIGTERM would then end it by default, unseen. It starts with SIGTERM blocked (a
+    # child inherits its parent thread's signal mask), so the SIGTERM the runner sends is held until it can be
+    # handled, whenever it came.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        running = dispatch(agent, AgentInput("wait"), workspace=tmp_path, deadline=0.5)
+        with anyio.fail_after(BOUND_SECONDS):
+            result = await running.result()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     assert result.status == "failed" and result.error is not None and result.error.code == "timeout", result.error
     assert signal_file.exists() and signal_file.read_text() == "SIGTERM", "the CLI was killed, never asked to stop"

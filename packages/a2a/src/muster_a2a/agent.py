@@ -141,6 +141,11 @@ class _Run:
         return self.message is not None or self.state in TERMINAL or self.state in INTERRUPTED
 
 
+def _loop_time(monotonic: float) -> float:
+    """A ``time.monotonic()`` instant on the event loop's clock, which cancel scopes' deadlines are read on."""
+    return anyio.current_time() + (monotonic - time.monotonic())
+
+
 class RemoteAgent:
     """A resolved (or failed) remote agent. A failed one has ``card is None``, ``tools == []`` and an ``error``."""
 
@@ -282,14 +287,7 @@ class RemoteAgent:
                     )
                 )
                 request.configuration.return_immediately = True
-                with anyio.move_on_after(max(deadline - time.monotonic(), 0)):
-                    stream = cast(AsyncGenerator[StreamResponse, None], client.send_message(request, context=ctx))
-                    async with aclosing(stream) as events:
-                        async for event in events:
-                            run.absorb(event)
-                            await self._report(run, on_progress)
-                            if run.settled:
-                                break
+                await self._send(client, ctx, request, run, deadline, on_progress)
                 if run.message is not None:
                     return ToolResult(text=proto_message_text(run.message), metadata=self._metadata(run, started))
                 if run.task_id is None:
@@ -307,6 +305,29 @@ class RemoteAgent:
                 return await self._follow(client, ctx, run, started, deadline, on_progress, poll_first=False)
         except Exception as exc:  # a foreign server may fail in any way; the tool reports, never raises
             return self._error(run, started, exc)
+
+    async def _send(
+        self,
+        client: Client,
+        ctx: ClientCallContext,
+        request: SendMessageRequest,
+        run: _Run,
+        deadline: float,
+        on_progress: OnProgress | None,
+    ) -> None:
+        """Send the message and read its events until the task settles or the budget is spent. Once the request
+        is out the remote task may exist, so its handle is waited for past the budget (as long as a CancelTask
+        may take): a timeout that left before the task's id arrived could not cancel it, and it would run on."""
+        with anyio.CancelScope(deadline=_loop_time(deadline) + CANCEL_TIMEOUT_S) as scope:
+            stream = cast(AsyncGenerator[StreamResponse, None], client.send_message(request, context=ctx))
+            async with aclosing(stream) as events:
+                async for event in events:
+                    run.absorb(event)
+                    await self._report(run, on_progress)
+                    if run.settled:
+                        break
+                    if run.task_id is not None:
+                        scope.deadline = min(scope.deadline, _loop_time(deadline))
 
     async def follow(
         self,
