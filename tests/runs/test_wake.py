@@ -63,6 +63,11 @@ async def test_a_burst_of_messages_wakes_one_run_that_continues_the_conversation
             other = person.send("not for a sleeper", to="person", confirm=True)
             assert getattr(other, "wake", "absent") is None, "no wake for an agent the service does not run"
         woken = (await until(lambda: len(_runs_now(url, "sleepy")) == 2 and _runs_now(url, "sleepy"), "a wake"))[-1]
+        first_sent, last_sent = answers[0].message_id, answers[-1].message_id
+        assert first_sent is not None and last_sent is not None
+        for message_id in (first_sent, last_sent):
+            receipt = await until(lambda m=message_id: _woken(url, "person", m), "the wake in the receipts")
+            assert receipt.read_at is None, "woken for the run, not read by the agent"
         done = await finished(client, woken["id"])
         assert done["status"] == "completed" and done["text"] == "Woken and done.", done
         assert done["prompt"] == wake_prompt(20) and "private body" not in done["prompt"]
@@ -72,6 +77,14 @@ async def test_a_burst_of_messages_wakes_one_run_that_continues_the_conversation
         assert "private body" not in json.dumps(request.body)
         await until(lambda: asleep(url, "sleepy"), "asleep again after the woken run")
         assert len(await runs_of(client, "sleepy")) == 2, "a burst is one run"
+
+
+def _woken(url: str, sender: str, message_id: str) -> Any:
+    """The recipient's receipt of a message once it records a wake (None before), as its sender reads it."""
+    with MusterClient(url) as rest:
+        rest.checkin(sender, confirm=True, takeover=True)
+        (receipt,) = rest.receipts(message_id).receipts
+    return receipt if receipt.woken_at is not None else None
 
 
 def _runs_now(url: str, agent: str) -> list[dict[str, Any]]:
@@ -101,6 +114,8 @@ async def test_a_message_during_a_live_input_run_steers_it(
                 sent = person.send("a private note", to="lively", confirm=True)
                 assert getattr(sent, "wake", None) == "steered"
             await _until(client, run["id"], "turn.steer")  # the wake went into the running CLI
+            assert sent.message_id is not None
+            await until(lambda: _woken(url, "person", sent.message_id), "the steer in the receipts")
             gate.set()
             done = await finished(client, run["id"])
             assert done["status"] == "completed" and done["text"] == "Read the inbox.", done

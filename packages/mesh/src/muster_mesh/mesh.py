@@ -872,9 +872,27 @@ class Mesh:
         self._agent_ids[hashed] = agent_id
 
     async def unread(self, *, token: str | None) -> int:
-        """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call."""
+        """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call,
+        though not as the agent's activity (the one who asks is whoever would wake it)."""
+        now = self._now()
         async with self.store.transaction() as tx:
-            agent = await self._caller(tx, token, self._now(), renew=True)
+            hashed = self._hash(token)
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now, active=False), now)
+        return agent.last_seq - agent.read_cursor
+
+    async def woken(self, *, token: str | None) -> int:
+        """A wake was made for the messages after the acknowledged cursor (a run started or steered for them, a
+        pane prompted): their receipts record it as woken, where not recorded yet. Renews the lease as ``unread``
+        does; returns how many messages that was."""
+        now = self._now()
+        async with self.store.transaction() as tx:
+            hashed = self._hash(token)
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now, active=False), now)
+            if agent.last_seq > agent.read_cursor:
+                marks = _FOLLOWED
+                await tx.mark_inbox(
+                    agent.agent_id, after=agent.read_cursor, through=agent.last_seq, now=now, marks=marks
+                )
         return agent.last_seq - agent.read_cursor
 
     async def whoami(self, *, token: str | None) -> AgentView:

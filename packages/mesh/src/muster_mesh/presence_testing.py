@@ -203,6 +203,34 @@ async def a_checkout_leaves_the_agent_stale(make: MeshFactory) -> None:
 
 
 @check
+async def a_wake_marks_the_unread_woken_and_is_not_the_agents_activity(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        alice = await join(mesh, "alice")
+        bob = await join(mesh, "bob")
+        first = await sent(mesh, alice, "read already", to="bob")
+        await acked(mesh, bob, (await mesh.read_inbox(token=bob)).next_cursor)
+        read_at = clock()
+        clock.advance(100)
+        waiting = [await sent(mesh, alice, f"wake {n}", to="bob") for n in range(2)]
+        clock.advance(5)
+        assert await mesh.unread(token=bob) == 2
+        assert await mesh.woken(token=bob) == 2
+        woke_at = clock()
+        clock.advance(5)
+        assert await mesh.woken(token=bob) == 2, "still unread: the first wake is the one kept"
+        for result in waiting:
+            assert result.message_id is not None
+            (receipt,) = (await mesh.receipts(result.message_id, token=alice)).receipts
+            assert (receipt.woken_at, receipt.read_at) == (woke_at, None)
+        assert first.message_id is not None
+        (old,) = (await mesh.receipts(first.message_id, token=alice)).receipts
+        assert old.woken_at is None and old.read_at == read_at, "acknowledged before the wake: not woken by it"
+        bob_seen = await seen(mesh, "bob")
+        assert bob_seen.last_activity == read_at and bob_seen.last_seen_at == clock(), "renewed, not activity"
+
+
+@check
 async def a_page_whose_states_changed_is_a_new_page(make: MeshFactory) -> None:
     clock = FakeClock()
     async with make(clock) as mesh:
