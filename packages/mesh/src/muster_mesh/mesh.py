@@ -899,7 +899,8 @@ class Mesh:
         """The caller's own agent (for calls the mesh answers beside its tools, such as search); renews the lease
         like any call."""
         now = self._now()
-        async with self.store.transaction() as tx:
+        # The renewal is one statement re-checking its own conditions: no transaction around it.
+        async with self.store.standalone() as tx:
             agent = await self._caller(tx, token, now, renew=True)
         return view(agent, now)
 
