@@ -58,6 +58,23 @@ async def until_waiting(mesh: Mesh, agent_id: str, clock: FakeClock) -> AgentVie
     raise AssertionError(f"{agent_id} never showed a reader waiting on its inbox")
 
 
+async def while_waiting(
+    mesh: Mesh, clock: FakeClock, sender: str, reader: str, *, follow: bool
+) -> tuple[AgentView, InboxPage]:
+    """``reader`` (the token of agent ``bob``) long-polls its inbox (as a follower when ``follow``); seen while it
+    waits, then handed a message ``sender`` sends: the agent as seen while waiting, and the page handed over."""
+    pages: list[InboxPage] = []
+
+    async def poll() -> None:
+        pages.append(await mesh.read_inbox(token=reader, follow=follow, wait_seconds=30))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(poll)
+        waiting = await until_waiting(mesh, "bob", clock)
+        await sent(mesh, sender, "wake up", to="bob")
+    return waiting, pages[0]
+
+
 @check
 async def a_new_session_is_working_then_idle(make: MeshFactory) -> None:
     clock = FakeClock()
@@ -137,17 +154,8 @@ async def a_followers_reads_renew_the_lease_but_are_not_activity(make: MeshFacto
         once = await seen(mesh, "bob")
         assert (once.last_seen_at, once.expires_at) == (clock(), clock() + timedelta(seconds=600)), "lease renewed"
         assert (once.last_activity, once.state) == (began, "idle"), "not activity"
-        pages: list[InboxPage] = []
-
-        async def follow() -> None:
-            pages.append(await mesh.read_inbox(token=bob, follow=True, wait_seconds=30))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(follow)
-            waiting = await until_waiting(mesh, "bob", clock)
-            assert waiting.last_activity == began
-            await sent(mesh, alice, "wake up", to="bob")
-        (page,) = pages
+        waiting, page = await while_waiting(mesh, clock, alice, bob, follow=True)
+        assert waiting.last_activity == began
         assert [m.body for m in page.messages] == ["wake up"]
         after = await seen(mesh, "bob")
         assert after.last_activity == began and after.last_seen_at == clock(), "handed a message: still not activity"
@@ -163,17 +171,9 @@ async def an_agents_own_long_poll_is_waiting(make: MeshFactory) -> None:
         await mesh.read_inbox(token=bob)
         read_at = clock()
         clock.advance(WORKING_SECONDS + 1)
-        pages: list[InboxPage] = []
-
-        async def poll() -> None:
-            pages.append(await mesh.read_inbox(token=bob, wait_seconds=30))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(poll)
-            waiting = await until_waiting(mesh, "bob", clock)
-            assert waiting.last_activity == read_at and waiting.last_seen_at == clock()
-            await sent(mesh, alice, "here", to="bob")
-        assert [m.body for m in pages[0].messages] == ["here"]
+        waiting, page = await while_waiting(mesh, clock, alice, bob, follow=False)
+        assert waiting.last_activity == read_at and waiting.last_seen_at == clock()
+        assert [m.body for m in page.messages] == ["wake up"]
         assert (await seen(mesh, "bob")).last_activity == read_at
 
 
