@@ -101,11 +101,7 @@ async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> 
         for message_id in burst_ids:
             assert message_id is not None
             (receipt,) = (await peer.receipts(message_id)).receipts
-            assert receipt.woken_at is not None and receipt.read_at is None, "the pane was woken; nobody read it yet"
-        followed = await peer.agent(reader)
-        assert followed.last_activity is not None and followed.last_seen_at > followed.last_activity, (
-            "the MCP server's follower renewed the lease after the agent's last call, and that is not activity"
-        )
+            assert receipt.woken_at is not None and receipt.woken_at >= receipt.stored_at, "the pane was woken"
 
         await peer.send("one more", to=reader, confirm=True)
         second = await wake_number(log, 2)
