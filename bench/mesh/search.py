@@ -7,7 +7,9 @@
 2. ``GET /mesh/search`` over 100,000 messages (20 words each from a 3,000-word vocabulary; one word is in ~0.7% of
    them): p50 of a one-word search by an agent over its own messages, and of the overseer's search over all of them
    (``view=all``, ~700 matches ranked for a page of 20), each against the p50 of a no-op round trip (``GET
-   /healthz``) taken just before each search. Goal: <= 5x.
+   /healthz``) taken just before each search (alternating pairs). Goal: <= 5x. Beside the wall-clock: the CPU per
+   call of the server process (utime + stime, all threads) and, on PostgreSQL, of its backends, for both; the load
+   average.
 
 Usage: python bench/mesh/search.py  (PostgreSQL when MUSTER_TEST_POSTGRES_URL points at 127.0.0.1)
 """
@@ -36,6 +38,7 @@ from muster_api.settings import Settings
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+from cpu import CpuMeter, Group, postgres_backends, process_cpu, thread_cpu  # noqa: E402
 from pg import fresh_postgres  # noqa: E402
 from serving import mesh_bench_server  # noqa: E402
 
@@ -150,6 +153,35 @@ async def populate(db_url: str, names: list[str]) -> None:
         await engine.dispose()
 
 
+def server_pid(base: str) -> int:
+    """The bench server listening at ``base`` (its command line ends with the port)."""
+    port = base.rsplit(":", 1)[1].encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) >= 4 and argv[-2] == port and argv[1].endswith(b"server.py"):
+            return int(entry.name)
+    raise RuntimeError(f"no bench server on port {port.decode()}")
+
+
+def meter(base: str, db_url: str) -> CpuMeter:
+    pid = server_pid(base)
+    groups: dict[str, Group] = {"server": (lambda: [pid], process_cpu)}
+    if db_url.startswith("postgresql"):
+        database = db_url.rsplit("/", 1)[1]
+        groups["postgres"] = (lambda: postgres_backends(database), thread_cpu)
+    return CpuMeter(groups)
+
+
+def measured(cpu: CpuMeter, into: dict[str, float]) -> None:
+    for group, seconds in cpu.stop().items():
+        into[group] = into.get(group, 0.0) + seconds
+
+
 async def search_figure(base: str, db_url: str) -> None:
     async with httpx.AsyncClient(base_url=base, timeout=60) as client:
         names = [f"member-{i}" for i in range(AGENTS)]
@@ -162,19 +194,30 @@ async def search_figure(base: str, db_url: str) -> None:
             ("every message (overseer)", "all", {}),
         ):
             noop, times, hits = [], [], 0
+            cpu = meter(base, db_url)
+            noop_cpu: dict[str, float] = {}
+            search_cpu: dict[str, float] = {}
             for _ in range(SEARCH_SAMPLES):
                 word = random.choice(VOCABULARY)
+                cpu.start()
                 t0 = time.perf_counter()
                 (await client.get("/healthz")).raise_for_status()
                 noop.append((time.perf_counter() - t0) * 1000)
+                measured(cpu, noop_cpu)
+                cpu.start()
                 t0 = time.perf_counter()
                 r = await client.get("/mesh/search", params={"q": word, "view": view}, headers=who)
                 times.append((time.perf_counter() - t0) * 1000)
+                measured(cpu, search_cpu)
                 r.raise_for_status()
                 hits += len(r.json()["hits"])
             n50, p50, p99 = pct(noop, 0.5), pct(times, 0.5), pct(times, 0.99)
             ratio_line(f"search, {label}, p50", p50, "ms", "no-op round trip p50", n50, "<= 5x", p50 <= 5 * n50)
             print(f"  ({SEARCH_SAMPLES} one-word searches, {hits / SEARCH_SAMPLES:.1f} hits a page; p99 {p99:.2f} ms)")
+            for group, seconds in search_cpu.items():
+                per_search, per_noop = seconds / SEARCH_SAMPLES * 1000, noop_cpu.get(group, 0.0) / SEARCH_SAMPLES * 1000
+                print(f"  (CPU per call, {group}: search {per_search:.2f} ms, no-op {per_noop:.2f} ms)")
+            print(f"  (load average {os.getloadavg()[0]:.1f})")
 
 
 async def without_index(db_url: str) -> None:

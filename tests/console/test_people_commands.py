@@ -67,9 +67,10 @@ def test_piped_the_same_commands_write_plain_text_and_json(service: Any) -> None
     plain = piped(env, "agents")
     assert plain.code == 0 and ESC not in plain.out
     assert plain.out.splitlines()[0].split() == [
-        "agent", "role", "repo", "caps", "status", "status", "age", "heartbeat", "expires", "in", "unread"
+        "agent", "role", "repo", "caps", "status", "state", "status", "age", "heartbeat", "expires", "in", "unread"
     ]  # fmt: skip
-    assert re.search(r"^builder\s+muster\s+writing the store\s+\d+s\s+\d+s ago\s+59m \d\ds\s+0$", plain.out, re.M)
+    row = r"^builder\s+muster\s+writing the store\s+working · \d+s ago\s+\d+s\s+\d+s ago\s+59m \d\ds\s+0$"
+    assert re.search(row, plain.out, re.M), plain.out
 
     sent = piped(env, "send", "--to", "reviewer", "-", "--json", stdin="from stdin\nsecond line")
     assert sent.code == 0, sent.err

@@ -39,6 +39,9 @@ def test_roster_follows_checkins_statuses_and_backlog(live: Any, watch: Any, req
     expect(w.row("builder-1").locator(".status-text")).to_have_text("writing the store")
     expect(w.row("reviewer-1")).to_be_visible()
     expect(w.row("builder-1").locator("td.caps")).to_have_text("merge")
+    # Just checked in: at work by the service's reckoning, and said as text with its age.
+    expect(w.row("builder-1").locator("td.presence")).to_have_text(re.compile(r"^working · \d+s ago$"))
+    expect(w.row("builder-1").locator("td.presence")).to_have_attribute("data-state", "working")
     expect(w.page.locator("#connection")).to_contain_text("live")
     # Polling again is a conditional GET the service answers without a body.
     with w.page.expect_response(lambda r: "/mesh/agents" in r.url and r.status == 304, timeout=WITHIN):

@@ -87,11 +87,21 @@ async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> 
         assert "Auto-wake is on" in joined
         await peer.checkin(sender, confirm=True)
 
+        burst_ids: list[str | None] = []
+
+        async def send_one(i: int) -> None:
+            answer = await peer.send(f"burst {i}", to=reader, confirm=True)
+            burst_ids.append(getattr(answer, "message_id", None))
+
         async with anyio.create_task_group() as burst:
             for i in range(3):
-                burst.start_soon(lambda i=i: peer.send(f"burst {i}", to=reader, confirm=True))
+                burst.start_soon(send_one, i)
         first = await wake_number(log, 1)
         assert first["argv"] == ["agent", "prompt", PANE, text(3)], "one wake for the burst, with its count"
+        for message_id in burst_ids:
+            assert message_id is not None
+            (receipt,) = (await peer.receipts(message_id)).receipts
+            assert receipt.woken_at is not None and receipt.woken_at >= receipt.stored_at, "the pane was woken"
 
         await peer.send("one more", to=reader, confirm=True)
         second = await wake_number(log, 2)

@@ -37,6 +37,8 @@ AGENT_FIELDS = {
     "expires_at",
     "ttl_seconds",
     "alive",
+    "last_activity",
+    "state",
 }
 MESSAGE_FIELDS = {"seq", "message_id", "from", "body", "thread_id", "sent_at"}
 

@@ -64,10 +64,10 @@ class CountingStore(InMemoryMeshStore):
         self.reads = 0
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         self.reads += 1
-        return await super().renew_and_read(token_hash, now, after=after, limit=limit, shown=shown)
+        return await super().renew_and_read(token_hash, now, after=after, limit=limit, shown=shown, active=active)
 
 
 async def test_a_reader_seen_before_subscribes_first_and_reads_once() -> None:

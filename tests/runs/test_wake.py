@@ -67,14 +67,21 @@ async def test_a_burst_of_messages_wakes_one_run_that_continues_the_conversation
             gate.set()
             first = await finished(client, first["id"])
             assert first["status"] == "completed" and first["conversation"], first
-            await _the_woken_run(client, url, fake_openai, first)
+            await _the_woken_run(client, url, fake_openai, first, answers)
     finally:
         gate.set()
 
 
-async def _the_woken_run(client: httpx.AsyncClient, url: str, fake_openai: FakeOpenAI, first: dict[str, Any]) -> None:
+async def _the_woken_run(
+    client: httpx.AsyncClient, url: str, fake_openai: FakeOpenAI, first: dict[str, Any], answers: list[Any]
+) -> None:
     """The run owed to the first one's end: one, counting the twenty, continuing the conversation, no body."""
     woken = (await until(lambda: len(_runs_now(url, "sleepy")) == 2 and _runs_now(url, "sleepy"), "a wake"))[-1]
+    first_sent, last_sent = answers[0].message_id, answers[-1].message_id
+    assert first_sent is not None and last_sent is not None
+    for message_id in (first_sent, last_sent):
+        receipt = await until(lambda m=message_id: _woken(url, "person", m), "the wake in the receipts")
+        assert receipt.read_at is None, "woken for the run, not read by the agent"
     done = await finished(client, woken["id"])
     assert done["status"] == "completed" and done["text"] == "Woken and done.", done
     assert done["prompt"] == wake_prompt(20) and "private body" not in done["prompt"]
@@ -84,6 +91,14 @@ async def _the_woken_run(client: httpx.AsyncClient, url: str, fake_openai: FakeO
     assert "private body" not in json.dumps(request.body)
     await until(lambda: asleep(url, "sleepy"), "asleep again after the woken run")
     assert len(await runs_of(client, "sleepy")) == 2, "a burst is one run"
+
+
+def _woken(url: str, sender: str, message_id: str) -> Any:
+    """The recipient's receipt of a message once it records a wake (None before), as its sender reads it."""
+    with MusterClient(url) as rest:
+        rest.checkin(sender, confirm=True, takeover=True)
+        (receipt,) = rest.receipts(message_id).receipts
+    return receipt if receipt.woken_at is not None else None
 
 
 def _runs_now(url: str, agent: str) -> list[dict[str, Any]]:
@@ -113,6 +128,8 @@ async def test_a_message_during_a_live_input_run_steers_it(
                 sent = person.send("a private note", to="lively", confirm=True)
                 assert getattr(sent, "wake", None) == "steered"
             await _until(client, run["id"], "turn.steer")  # the wake went into the running CLI
+            assert sent.message_id is not None
+            await until(lambda: _woken(url, "person", sent.message_id), "the steer in the receipts")
             gate.set()
             done = await finished(client, run["id"])
             assert done["status"] == "completed" and done["text"] == "Read the inbox.", done

@@ -35,6 +35,10 @@ class AgentView(Answer):
     expires_at: datetime
     ttl_seconds: int
     alive: bool
+    # What the agent is doing as far as the mesh can tell (its last own call, and working / waiting / idle / stale:
+    # a string, since a newer service may name another state); None from a service that does not say.
+    last_activity: datetime | None = None
+    state: str | None = None
 
 
 class CheckinPreview(Answer):

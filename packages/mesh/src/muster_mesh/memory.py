@@ -99,11 +99,16 @@ class _MemoryTx(MemoryTasks):
     async def agent_id_for(self, token_hash: str) -> str | None:
         return self._s.by_token.get(token_hash)
 
-    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+    async def renew(self, token_hash: str, now: datetime, *, active: bool = True) -> AgentRecord | None:
         agent = await self.find_by_token(token_hash)
         if agent is None or not agent.live_at(now):
             return agent
-        renewed = replace(agent, last_seen_at=now, expires_at=now + timedelta(seconds=agent.ttl_seconds))
+        renewed = replace(
+            agent,
+            last_seen_at=now,
+            expires_at=now + timedelta(seconds=agent.ttl_seconds),
+            active_at=now if active else agent.active_at,
+        )
         self._set_agent(renewed)
         return renewed
 
@@ -111,11 +116,18 @@ class _MemoryTx(MemoryTasks):
         agent = self._s.agents.get(agent_id)
         if agent is None or agent.token_hash != token_hash or not agent.live_at(now):
             return False
-        self._set_agent(replace(agent, last_seen_at=now, expires_at=expires_at))
+        self._set_agent(replace(agent, last_seen_at=now, expires_at=expires_at, active_at=now))
         return True
 
     async def renew_checkin(
-        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+        self,
+        agent_id: str,
+        token_hash: str,
+        now: datetime,
+        *,
+        ttl_seconds: int | None,
+        changes: AgentChanges,
+        active: bool | None = None,
     ) -> AgentRecord | None:
         agent = self._s.agents.get(agent_id)
         if agent is None or agent.token_hash != token_hash or not agent.live_at(now):
@@ -132,6 +144,7 @@ class _MemoryTx(MemoryTasks):
             ttl_seconds=ttl,
             last_seen_at=now,
             expires_at=now + timedelta(seconds=ttl),
+            active_at=now if active or (active is None and status != agent.status) else agent.active_at,
         )
         self._set_agent(renewed)
         return renewed
@@ -389,13 +402,13 @@ class InMemoryMeshStore:
         ]
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         async with self.transaction() as tx:
             agent = await tx.find_by_token(token_hash)
             if agent is None or not agent.live_at(now) or (after is not None and after > agent.last_seq):
                 return None
-            renewed = await tx.renew(token_hash, now)
+            renewed = await tx.renew(token_hash, now, active=active)
             assert renewed is not None
             start = renewed.read_cursor if after is None else max(after, renewed.floor_seq)
             entries = await tx.read_inbox(renewed.agent_id, after=start, limit=limit)

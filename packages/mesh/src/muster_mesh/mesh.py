@@ -72,6 +72,7 @@ from muster_mesh.models import (
     SendResult,
 )
 from muster_mesh.notify import LocalNotifier
+from muster_mesh.presence import agent_state
 from muster_mesh.ratelimit import TokenBuckets
 from muster_mesh.records import (
     ACKED,
@@ -183,7 +184,16 @@ def view_fields(agent: AgentRecord, now: datetime) -> dict[str, Any]:
         "expires_at": agent.expires_at,
         "ttl_seconds": agent.ttl_seconds,
         "alive": agent.live_at(now),
+        "last_activity": agent.last_activity,
+        "state": agent_state(agent, now),
     }
+
+
+def _active_after(kept: AgentRecord | None, status: str, now: datetime, active: bool | None) -> datetime:
+    """The ``active_at`` after a check-in over the ``kept`` session (see ``Mesh.checkin``'s ``active``)."""
+    if kept is None or active or (active is None and kept.status != status):
+        return now
+    return kept.last_activity
 
 
 def view(agent: AgentRecord, now: datetime) -> AgentView:
@@ -334,18 +344,26 @@ class Mesh:
     # ------------------------------------------------------------------ check-in
 
     async def checkin(
-        self, request: CheckinRequest, *, token: str | None = None, idempotency_key: str | None = None
+        self,
+        request: CheckinRequest,
+        *,
+        token: str | None = None,
+        idempotency_key: str | None = None,
+        active: bool | None = None,
     ) -> CheckinPreview | CheckinRecord:
         """Create or renew the session of ``agent_id``; a preview unless ``confirm``.
 
         A live agent_id is renewed only with its own token; an expired (or checked-out) one is claimed anew: a new
-        session, a new token, a fresh and empty inbox."""
+        session, a new token, a fresh and empty inbox.
+
+        ``active``: whether this renewal is the agent's activity (``muster_mesh.presence``). None: only when it
+        starts a session or changes the status text; a renewal that changes neither is a heartbeat."""
         # Two tries: a concurrent first check-in or a concurrent same-key retry may win the race once; the second
         # run then sees its row and answers from it (refusal or replay).
-        return await _replaying(lambda: self._checkin(request, token, idempotency_key))
+        return await _replaying(lambda: self._checkin(request, token, idempotency_key, active))
 
     async def _checkin(
-        self, request: CheckinRequest, token: str | None, key: str | None
+        self, request: CheckinRequest, token: str | None, key: str | None, active: bool | None
     ) -> CheckinPreview | CheckinRecord:
         now = self._now()
         presented = token_hash(token) if token else None
@@ -360,7 +378,7 @@ class Mesh:
             # The common case, a live agent renewing its own lease: one statement, which re-checks the session, so
             # it needs no transaction around it. When it renews nothing, the check-in runs in full below.
             async with self.store.standalone() as one:
-                renewed = await self._renew_checkin(one, request, presented, now)
+                renewed = await self._renew_checkin(one, request, presented, now, active)
             if renewed is not None:
                 return renewed
         async with self.store.transaction() as tx:
@@ -374,7 +392,14 @@ class Mesh:
             action = await self._checkin_action(tx, request, current, presented, now)
             minted = new_token() if action != "renew" else None
             hashed = token_hash(minted) if minted else (presented or "")
-            record = self._checkin_record(request, current if action != "create" else None, current, hashed, now)
+            record = self._checkin_record(
+                request,
+                current if action != "create" else None,
+                current,
+                hashed,
+                now,
+                active=active if action == "renew" else True,
+            )
             shown = view(record, now)
             if not request.confirm:
                 return CheckinPreview(action=action, agent=shown)
@@ -397,7 +422,7 @@ class Mesh:
 
     @staticmethod
     async def _renew_checkin(
-        tx: MeshTx, request: CheckinRequest, presented: str, now: datetime
+        tx: MeshTx, request: CheckinRequest, presented: str, now: datetime, active: bool | None
     ) -> CheckinRecord | None:
         ttl_given = request.ttl_seconds or (default_ttl(request.role) if request.role is not None else None)
         changes = AgentChanges(
@@ -406,12 +431,20 @@ class Mesh:
             caps=tuple(request.caps) if request.caps is not None else None,
             status=request.status,
         )
-        renewed = await tx.renew_checkin(request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes)
+        renewed = await tx.renew_checkin(
+            request.agent_id, presented, now, ttl_seconds=ttl_given, changes=changes, active=active
+        )
         return CheckinRecord(**view_fields(renewed, now), action="renew") if renewed is not None else None
 
     @staticmethod
     def _checkin_record(
-        request: CheckinRequest, kept: AgentRecord | None, current: AgentRecord | None, hashed: str, now: datetime
+        request: CheckinRequest,
+        kept: AgentRecord | None,
+        current: AgentRecord | None,
+        hashed: str,
+        now: datetime,
+        *,
+        active: bool | None = None,
     ) -> AgentRecord:
         """The row after the check-in: the request's fields over the ``kept`` session's (none for a new session)."""
         role = request.role if request.role is not None else (kept.role if kept else None)
@@ -435,6 +468,7 @@ class Mesh:
             last_seen_at=now,
             status_since=kept.status_since if kept and kept.status == status else now,
             expires_at=now + timedelta(seconds=ttl),
+            active_at=_active_after(kept, status, now, active),
             last_seq=last_seq,
             read_cursor=kept.read_cursor if kept else last_seq,
             floor_seq=kept.floor_seq if kept else last_seq,
@@ -730,6 +764,8 @@ class Mesh:
         """Messages after ``after`` (default: the acknowledged cursor). With ``wait_seconds``, a long-poll: answers as
         soon as a message is stored, or empty at the deadline. Reading never moves the stored cursor.
 
+        Presence: only a read without ``wait_seconds`` and ``follow`` is activity (``muster_mesh.presence``).
+
         Receipts: what a read returns is recorded as read, and as woken too when a long-poll was waiting for it
         (subscribed to its inbox: every long-poll but one whose first read found messages).
         ``follow`` is for a reader that follows the inbox on the agent's behalf (an SSE stream, the follower of
@@ -740,8 +776,11 @@ class Mesh:
         hashed = self._hash(token)
         # A reader that polled before is subscribed before its one read; otherwise the read says whose inbox it is.
         agent_id = self._agent_ids.get(hashed) if wait_seconds > 0 else None
+        # Presence: a read is the agent's activity; a long-poll is the agent waiting, and a follower's read is not
+        # the agent at all. Both renew the lease (``muster_mesh.presence``).
+        active = not follow and wait_seconds == 0
         if agent_id is None:
-            agent, page = await self._read(hashed, after, limit, read=not follow)
+            agent, page = await self._read(hashed, after, limit, read=not follow, active=active)
             if page.messages or wait_seconds == 0:
                 return await self._received(agent.agent_id, page, follow=follow, waited=False)
             agent_id = agent.agent_id
@@ -750,7 +789,7 @@ class Mesh:
             # From here on the reader is a live follower of its inbox: what it is handed is woken as well as read,
             # and a sender is told that it follows.
             await self.store.follow(agent_id, self._now() + timedelta(seconds=deadline - anyio.current_time()))
-            _, page = await self._read(hashed, after, limit, read=not follow)
+            _, page = await self._read(hashed, after, limit, read=not follow, active=False)
             while True:
                 remaining = deadline - anyio.current_time()
                 if page.messages or remaining <= 0:
@@ -759,7 +798,9 @@ class Mesh:
                     await subscription.wait()
                 handed = self._handed(subscription.take(), page.next_cursor, limit)
                 # The lease was renewed when this call began; a page handed over with the wake-up needs no read.
-                page = handed if handed is not None else (await self._read(hashed, after, limit, read=False))[1]
+                if handed is None:
+                    handed = (await self._read(hashed, after, limit, read=False, active=False))[1]
+                page = handed
         return await self._received(agent_id, page, follow=follow, waited=True)
 
     async def _received(self, agent_id: str, page: InboxPage, *, follow: bool, waited: bool) -> InboxPage:
@@ -785,15 +826,18 @@ class Mesh:
         beyond = any(e.seq > shown[-1].seq for e in entries)
         return InboxPage(messages=[_message(e) for e in shown], next_cursor=shown[-1].seq, has_more=beyond)
 
-    async def _read(self, hashed: str, after: int | None, limit: int, *, read: bool) -> tuple[AgentRecord, InboxPage]:
-        """A page of the inbox; ``read``: its messages are recorded as read (a receipt) by the read itself."""
+    async def _read(
+        self, hashed: str, after: int | None, limit: int, *, read: bool, active: bool
+    ) -> tuple[AgentRecord, InboxPage]:
+        """A page of the inbox; ``read``: its messages are recorded as read (a receipt) by the read itself;
+        ``active``: the read is the agent's activity (a follower's renews the lease only)."""
         now = self._now()
         shown = limit if read else 0
         # One step where the store can (the common read); the transaction otherwise, which also says why a read is
         # refused.
-        found = await self.store.renew_and_read(hashed, now, after=after, limit=limit + 1, shown=shown)
+        found = await self.store.renew_and_read(hashed, now, after=after, limit=limit + 1, shown=shown, active=active)
         if found is None:
-            found = await self._read_in_transaction(hashed, after, limit + 1, now, shown)
+            found = await self._read_in_transaction(hashed, after, limit + 1, now, shown, active)
         agent, entries = found
         self._remember_agent(hashed, agent.agent_id)
         start = agent.read_cursor if after is None else max(after, agent.floor_seq)
@@ -805,10 +849,10 @@ class Mesh:
         )
 
     async def _read_in_transaction(
-        self, hashed: str, after: int | None, limit: int, now: datetime, shown: int
+        self, hashed: str, after: int | None, limit: int, now: datetime, shown: int, active: bool
     ) -> tuple[AgentRecord, list[InboxEntry]]:
         async with self.store.transaction() as tx:
-            agent = await self._usable(tx, hashed, await tx.renew(hashed, now), now)
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now, active=active), now)
             if after is not None and after > agent.last_seq:
                 # Refused like an ack beyond it: such a cursor can only be a mistake, and a reader parked there would
                 # silently skip every message up to it.
@@ -828,16 +872,35 @@ class Mesh:
         self._agent_ids[hashed] = agent_id
 
     async def unread(self, *, token: str | None) -> int:
-        """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call."""
+        """How many messages follow the acknowledged cursor (for wake prompts); renews the lease like any call,
+        though not as the agent's activity (the one who asks is whoever would wake it)."""
+        now = self._now()
         async with self.store.transaction() as tx:
-            agent = await self._caller(tx, token, self._now(), renew=True)
+            hashed = self._hash(token)
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now, active=False), now)
+        return agent.last_seq - agent.read_cursor
+
+    async def woken(self, *, token: str | None) -> int:
+        """A wake was made for the messages after the acknowledged cursor (a run started or steered for them, a
+        pane prompted): their receipts record it as woken, where not recorded yet. Renews the lease as ``unread``
+        does; returns how many messages that was."""
+        now = self._now()
+        async with self.store.transaction() as tx:
+            hashed = self._hash(token)
+            agent = await self._usable(tx, hashed, await tx.renew(hashed, now, active=False), now)
+            if agent.last_seq > agent.read_cursor:
+                marks = _FOLLOWED
+                await tx.mark_inbox(
+                    agent.agent_id, after=agent.read_cursor, through=agent.last_seq, now=now, marks=marks
+                )
         return agent.last_seq - agent.read_cursor
 
     async def whoami(self, *, token: str | None) -> AgentView:
         """The caller's own agent (for calls the mesh answers beside its tools, such as search); renews the lease
         like any call."""
         now = self._now()
-        async with self.store.transaction() as tx:
+        # The renewal is one statement re-checking its own conditions: no transaction around it.
+        async with self.store.standalone() as tx:
             agent = await self._caller(tx, token, now, renew=True)
         return view(agent, now)
 

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from muster_mesh.presence import State as PresenceState
+
 MAX_STATUS_CHARS = 280
 MAX_CAPS = 32
 MAX_SEQ = 2**63 - 1
@@ -109,6 +111,14 @@ class AgentView(Strict):
     expires_at: datetime
     ttl_seconds: int
     alive: bool
+    last_activity: datetime = Field(
+        description="The agent's last own call: a mesh call, a tool call through `muster mcp`, a run's event. A "
+        "follower's reads and a check-in that only renews keep the lease but are not activity."
+    )
+    state: PresenceState = Field(
+        description="working (activity within a minute), waiting (a reader follows its inbox), idle (live, neither), "
+        "stale (lease lapsed or under a quarter of its TTL left): see the mesh's README."
+    )
 
 
 class CheckinPreview(Strict):

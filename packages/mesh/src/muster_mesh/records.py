@@ -14,6 +14,8 @@ class AgentRecord:
     ``last_seq`` is the highest sequence ever given to this inbox; ``read_cursor`` the acknowledged one;
     ``floor_seq`` the sequence at the session's start (earlier messages belong to a previous session).
     ``followed_until`` the end of the wait of the last reader that waited on the inbox (a long-poll, an SSE stream).
+    ``active_at`` the agent's last own call (``muster_mesh.presence``; None on a row stored before it was kept: its
+    ``last_seen_at`` stands in).
     """
 
     agent_id: str
@@ -30,6 +32,11 @@ class AgentRecord:
     read_cursor: int = 0
     floor_seq: int = 0
     followed_until: datetime | None = None
+    active_at: datetime | None = None
+
+    @property
+    def last_activity(self) -> datetime:
+        return self.active_at if self.active_at is not None else self.last_seen_at
 
     def followed_at(self, now: datetime) -> bool:
         """A reader follows the inbox at ``now``: a long-poll or a stream is waiting on it (``Mesh.read_inbox``)."""

@@ -39,21 +39,30 @@ class MeshTx(Protocol):
         """The agent_id this token was issued to, None when no agent holds it. May answer from a cache without a
         statement (a token belongs to one agent_id for good); callers verify it by the statement that follows."""
 
-    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+    async def renew(self, token_hash: str, now: datetime, *, active: bool = True) -> AgentRecord | None:
         """The agent whose session has this token hash. When its lease runs past ``now`` it is renewed first
-        (``last_seen_at = now``, ``expires_at = now + ttl_seconds``, row locked); an expired one comes back
-        unchanged. None when no agent has this token."""
+        (``last_seen_at = now``, ``expires_at = now + ttl_seconds``, and ``active_at = now`` when ``active``; row
+        locked); an expired one comes back unchanged. None when no agent has this token."""
 
     async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
-        """Renew this agent's lease if its session still has this token and is live at ``now`` (locks the row)."""
+        """Renew this agent's lease if its session still has this token and is live at ``now`` (locks the row): an
+        acting call, so ``active_at = now`` too."""
 
     async def renew_checkin(
-        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+        self,
+        agent_id: str,
+        token_hash: str,
+        now: datetime,
+        *,
+        ttl_seconds: int | None,
+        changes: AgentChanges,
+        active: bool | None = None,
     ) -> AgentRecord | None:
         """Renew the live session of ``agent_id`` held by ``token_hash`` and return the new row: ``last_seen_at =
         now``, ``expires_at = now + ttl`` (``ttl_seconds``, or the row's own when None), each field of ``changes``
-        that is not None, and ``status_since = now`` only when the status text changes. None, and no change, when
-        the agent does not exist, is not live at ``now`` or holds another token."""
+        that is not None, and ``status_since = now`` only when the status text changes. ``active_at = now`` when
+        ``active``, never when it is False, and when it is None only when the status text changes. None, and no
+        change, when the agent does not exist, is not live at ``now`` or holds another token."""
 
     async def create_agent(self, record: AgentRecord) -> bool:
         """Insert a new agent row; False (and no change) when the agent_id exists already."""
@@ -128,14 +137,14 @@ class MeshStore(Protocol):
         """A transaction: committed when the block exits normally, rolled back when it raises."""
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         """An inbox read as one atomic step: renew the lease of the live agent holding this token (as
-        ``MeshTx.renew``) and read up to ``limit`` entries of its inbox after ``after`` (None: after its
-        ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its ``last_seq``,
-        recording the first ``shown`` of them as read at ``now`` (as ``MeshTx.mark_inbox``). Returns the renewed
-        agent and the entries. None, and no change, when any of that does not hold or the store cannot do it in one
-        step: the caller then takes a transaction, which refuses as it must."""
+        ``MeshTx.renew``, with ``active``) and read up to ``limit`` entries of its inbox after ``after`` (None: after
+        its ``read_cursor``; otherwise after ``max(after, floor_seq)``), only when ``after`` is at most its
+        ``last_seq``, recording the first ``shown`` of them as read at ``now`` (as ``MeshTx.mark_inbox``). Returns the
+        renewed agent and the entries. None, and no change, when any of that does not hold or the store cannot do it
+        in one step: the caller then takes a transaction, which refuses as it must."""
 
     async def mark_inbox(self, agent_id: str, *, after: int, through: int, now: datetime, marks: Marks) -> None:
         """``MeshTx.mark_inbox`` in one step of its own (for a follower's or a woken reader's receipts)."""

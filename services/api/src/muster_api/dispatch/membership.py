@@ -124,10 +124,17 @@ class RunPresence:
         self._sent: str | None = None
         self._token = token
         self._changed = anyio.Event()
+        # An event of the run since the last renewal: the next one is the agent's activity (muster_mesh.presence).
+        self._active = True
 
     async def checkin(self) -> CheckinRecord:
         """Check the agent in (raises ``MeshError`` when it cannot: e.g. another session holds the agent_id)."""
-        answer = await self.mesh.checkin(self._request(), token=self._token)
+        active, self._active = self._active, False
+        try:
+            answer = await self.mesh.checkin(self._request(), token=self._token, active=active)
+        except BaseException:
+            self._active = self._active or active  # the next renewal carries it
+            raise
         assert isinstance(answer, CheckinRecord)
         if answer.token:
             self._token = answer.token
@@ -147,7 +154,9 @@ class RunPresence:
         )
 
     def observe(self, event: dict[str, Any]) -> None:
-        """A journal observer: the run's latest event becomes the status (sent by ``keep``)."""
+        """A journal observer: the run's latest event becomes the status (sent by ``keep``); any event is the agent's
+        activity."""
+        self._active = True
         status = status_of(event)
         if status is not None and status != self.status:
             self.status = one_line(status)

@@ -257,11 +257,22 @@ class Sleeper:
                 self._later()
                 return "none"
             await self.state.store.add_control(run_id, "steer", wake_prompt(unread), now)
+            await self._woken(token)
             return "steered"
         if not await self.store.gate(self.agent_id, now, self.interval):
             self._later()
             return "none"
-        return "scheduled" if await self._start(unread) else "none"
+        if not await self._start(unread):
+            return "none"
+        await self._woken(token)
+        return "scheduled"
+
+    async def _woken(self, token: str) -> None:
+        """The receipts of the messages the wake was made for say so."""
+        try:
+            await self.mesh.woken(token=token)
+        except MeshError as exc:  # receipts only: the wake itself was made
+            log.warning("%s: the wake was not recorded in the receipts: %s", self.agent_id, exc)
 
     async def _start(self, unread: int) -> bool:
         last = await _last_run(self.state, self.definition.name)

@@ -234,6 +234,9 @@ MESH_HANDLERS: dict[str, Handler] = {
     tools.DISPATCH_STATUS: dispatch_status,
     **claim_handlers.HANDLERS,
 }
+# The tools whose own mesh call the roster counts as the agent's activity (muster_mesh.presence); any other tool call
+# is told to the mesh beside it (``AgentSession.note_activity``). agent_inbox is not told: a wait is not activity.
+SEEN_AS_ACTIVITY = frozenset(MESH_HANDLERS) - {tools.CHECKIN, tools.DISPATCH_RUN, tools.DISPATCH_STATUS}
 
 
 # ---------------------------------------------------------------- A2A tools

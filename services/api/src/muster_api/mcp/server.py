@@ -77,6 +77,8 @@ class MusterTools:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         name, arguments = params.name, params.arguments or {}
+        if name not in handlers.SEEN_AS_ACTIVITY:
+            self.session.note_activity()
         try:
             if name in handlers.MESH_HANDLERS:
                 return text(await handlers.MESH_HANDLERS[name](self.session, arguments))

@@ -22,7 +22,7 @@ from muster_api.mcp.identities import IdentityStore
 from muster_api.mcp.settings import McpSettings
 from muster_api.mcp.tools import CheckinArgs
 from muster_api.mcp.wake import InboxFollower
-from muster_client import AsyncMusterClient, CheckinPreview, CheckinRecord, InboxPage
+from muster_client import AsyncMusterClient, CheckinPreview, CheckinRecord, InboxPage, MusterClientError
 from muster_mesh.models import MAX_PAGE
 from muster_mesh.wake import PANE_ID
 
@@ -52,6 +52,21 @@ class AgentSession:
         """Act as ``agent_id`` (already checked in by the service) from the first call, and as no other."""
         self.bound = self.agent_id = agent_id
         self.client.token = token
+
+    def note_activity(self) -> None:
+        """A tool call the mesh would not see as the agent's own (a remote agent, a run, a check-in that only
+        renews): one mesh call as the agent, which the roster counts as its activity, off the tool call's path."""
+        agent_id = self.agent_id
+        if agent_id is None or self.client.token is None:
+            return
+
+        async def tell() -> None:
+            try:
+                await self.client.agent(agent_id)
+            except MusterClientError as exc:  # presence only: the tool call itself is unaffected
+                log.debug("activity not recorded: %s", exc)
+
+        self.group.start_soon(tell)
 
     def refuse_unbound(self, agent_id: str) -> None:
         if self.bound is not None and agent_id != self.bound:

@@ -36,15 +36,24 @@ def expiry(agent: AgentView, now: datetime) -> str:
     return f"expires in {duration(left)}" if left > 0 else f"expired {duration(-left)} ago"
 
 
+def presence(agent: AgentView, now: datetime) -> str:
+    """``working, last call 5 s ago`` (nothing from a service that does not say)."""
+    if agent.state is None or agent.last_activity is None:
+        return ""
+    return f"{agent.state}, last call {duration((now - agent.last_activity).total_seconds())} ago"
+
+
 def agent_line(agent: AgentView, now: datetime) -> str:
-    """``builder — "fixing the flaky test" — 12 min; role builder; heartbeat 5 s ago; expires in 48 min``"""
+    """``builder — "fixing the flaky test" — 12 min; role builder; working, last call 5 s ago; heartbeat 5 s ago;
+    expires in 48 min``"""
     status = f"{quoted(agent.status)} — {duration(agent.status_age_seconds)}" if agent.status else "(no status)"
     about = [f"role {agent.role}" if agent.role else "", f"repo {quoted(agent.repo)}" if agent.repo else ""]
     if agent.caps:
         about.append("caps " + ", ".join(agent.caps))
     facts = "; ".join(a for a in about if a)
     gone = "" if agent.alive else " (expired)"
-    parts = [f"{agent.agent_id}{gone} — {status}", facts, f"heartbeat {duration(agent.heartbeat_age_seconds)} ago"]
+    parts = [f"{agent.agent_id}{gone} — {status}", facts, presence(agent, now)]
+    parts.append(f"heartbeat {duration(agent.heartbeat_age_seconds)} ago")
     parts.append(expiry(agent, now))
     return "; ".join(p for p in parts if p)
 

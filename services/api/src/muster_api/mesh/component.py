@@ -88,7 +88,8 @@ async def running(runtime: Runtime) -> AsyncIterator[MeshParts]:
             # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
             tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
-            search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect))
+            driver = getattr(store, "driver", None)  # asyncpg's pool of the PostgreSQL store
+            search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect, driver))
             threads = MeshThreads(mesh, SqlThreads(runtime.engine))
             tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
             try:

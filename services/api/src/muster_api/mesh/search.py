@@ -10,13 +10,20 @@ no second write path. Both cut words alike (runs of letters and digits, case-fol
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, ClassVar, NamedTuple
 
 from sqlalchemy import Float, String, TextualSelect, text
+from sqlalchemy.engine import Dialect as SaDialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect
+from muster_api.db.driver_pool import DriverPool
 from muster_api.db.schema import UTCDateTime
+from muster_api.mesh.sqlite_driver import NAMED
+from muster_api.mesh.store import stored_time
 from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow, plain_snippet
 
 # The database objects that stand beside the service's MetaData (what autogenerate must not compare): the FTS5 table
@@ -69,12 +76,15 @@ class SqlMessageSearch:
         if query.viewer is not None:
             stmt = self.statement_for_viewer
             params["viewer"] = query.viewer
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(stmt, params)).all()
         return [
             SearchRow(r.message_id, r.sender, r.thread_id, r.sent_at, self.snippet(r, query.terms), float(r.score))
-            for r in rows
+            for r in await self.rows(stmt, params)
         ]
+
+    async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
+        """The statement's rows, each with its columns as attributes."""
+        async with self.engine.connect() as conn:
+            return (await conn.execute(stmt, params)).all()
 
 
 def _sqlite(visible: str) -> TextualSelect:
@@ -93,9 +103,32 @@ def _sqlite(visible: str) -> TextualSelect:
     ).columns(message_id=String, sender=String, thread_id=String, sent_at=UTCDateTime, body=String, score=Float)
 
 
+@lru_cache(maxsize=4)
+def _named(stmt: TextualSelect) -> str:
+    return str(stmt.compile(dialect=NAMED))
+
+
+class _SqliteHit(NamedTuple):
+    message_id: str
+    sender: str
+    thread_id: str | None
+    sent_at: datetime
+    body: str
+    score: float
+
+
 class SqliteMessageSearch(SqlMessageSearch):
     statement_for_viewer = _sqlite(_VISIBLE)
     statement_for_all = _sqlite("")
+
+    async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
+        # On the driver connection of a pooled one: one trip to aiosqlite's thread, where SQLAlchemy's cursor
+        # adapter takes four (open, execute, fetch, close), and no result processing but the one datetime.
+        async with self.engine.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            found = await driver.execute_fetchall(_named(stmt), params)
+        return [_SqliteHit(i, s, t, stored_time(at), b, score) for i, s, t, at, b, score in found]
 
     @staticmethod
     def match(terms: tuple[str, ...]) -> str:
@@ -124,18 +157,48 @@ def _postgres(visible: str) -> TextualSelect:
     )
 
 
+class _PostgresHit(NamedTuple):
+    message_id: str
+    sender: str
+    thread_id: str | None
+    sent_at: datetime
+    snippet: str
+    score: float
+
+
 class PostgresMessageSearch(SqlMessageSearch):
     statement_for_viewer = _postgres(_VISIBLE)
     statement_for_all = _postgres("")
+
+    def __init__(self, engine: AsyncEngine, driver: DriverPool | None = None) -> None:
+        super().__init__(engine)
+        self.driver = driver
+
+    async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
+        # On asyncpg's pool, as the mesh's hot statements are: SQLAlchemy's pool checkout, statement and result
+        # machinery cost more CPU than the round trip.
+        if self.driver is None:
+            return await super().rows(stmt, params)
+        sql, names = _positional(stmt, self.engine.dialect)
+        return [_PostgresHit(*r) for r in await self.driver.fetch(sql, *(params[n] for n in names))]
 
     @staticmethod
     def match(terms: tuple[str, ...]) -> str:
         return " & ".join(f"'{t}'" for t in terms)
 
 
-def make_search(engine: AsyncEngine, dialect: Dialect) -> SqlMessageSearch:
-    search_class: type[SqlMessageSearch] = dialect.pick(sqlite=SqliteMessageSearch, postgresql=PostgresMessageSearch)
-    return search_class(engine)
+@lru_cache(maxsize=4)
+def _positional(stmt: TextualSelect, dialect: SaDialect) -> tuple[str, tuple[str, ...]]:
+    compiled = stmt.compile(dialect=dialect)
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+def make_search(engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None) -> SqlMessageSearch:
+    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements."""
+    made: Callable[[], SqlMessageSearch] = dialect.pick(
+        sqlite=lambda: SqliteMessageSearch(engine), postgresql=lambda: PostgresMessageSearch(engine, driver)
+    )
+    return made()
 
 
 __all__ = [

@@ -75,6 +75,9 @@ def _p(name: str, column: str) -> BindParameter[Any]:
 BY_ID = select(agents).where(agents.c.agent_id == bindparam("p_id"))
 BY_TOKEN = select(agents).where(agents.c.token_hash == bindparam("p_hash"))
 ID_BY_TOKEN = select(agents.c.agent_id).where(agents.c.token_hash == bindparam("p_hash"))
+# The agent's activity rides the renewal that every call makes: p_active is now for an acting call, NULL for a
+# follower's read (the lease is renewed, the activity kept).
+_ACTIVE = func.coalesce(_p("p_active", "active_at"), agents.c.active_at)
 # The lease arithmetic stays in Python (expires_at is computed, never derived in SQL): the caller passes the expiry
 # for the TTL it expects, and the row must still have that TTL.
 RENEW_BY_TOKEN = (
@@ -84,7 +87,7 @@ RENEW_BY_TOKEN = (
         agents.c.expires_at > _p("p_now", "expires_at"),
         agents.c.ttl_seconds == bindparam("p_ttl"),
     )
-    .values(last_seen_at=_p("p_seen", "last_seen_at"), expires_at=_p("p_exp", "expires_at"))
+    .values(last_seen_at=_p("p_seen", "last_seen_at"), expires_at=_p("p_exp", "expires_at"), active_at=_ACTIVE)
     .returning(*agents.c)
 )
 TOUCH = (
@@ -94,7 +97,7 @@ TOUCH = (
         agents.c.token_hash == bindparam("p_hash"),
         agents.c.expires_at > bindparam("p_now"),
     )
-    .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"))
+    .values(last_seen_at=bindparam("p_seen"), expires_at=bindparam("p_exp"), active_at=_ACTIVE)
 )
 # ``+ 1`` as a literal: the statement's only parameters are the ones named here.
 _NEXT_SEQ = agents.c.last_seq + literal_column("1", BigInteger)
@@ -180,7 +183,7 @@ GET_IDEMPOTENCY = select(idempotency).where(
 
 # Columns a directory page reads as the driver hands them over, without SQLAlchemy's per-value result processing
 # (a Python call per value, 400 per page): SQLite's stored text, asyncpg's decoded values; the row mapper takes both.
-_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at", "followed_until")
+_RAW_COLUMNS = ("last_seen_at", "status_since", "expires_at", "followed_until", "active_at")
 
 
 def stored_time(value: datetime | str) -> datetime:
@@ -221,6 +224,7 @@ def agent_from(m: Mapping[Any, Any]) -> AgentRecord:
         read_cursor=m["read_cursor"],
         floor_seq=m["floor_seq"],
         followed_until=None if (followed := m.get("followed_until")) is None else stored_time(followed),
+        active_at=None if (active := m.get("active_at")) is None else stored_time(active),
     )
 
 
@@ -240,6 +244,7 @@ def agent_values(record: AgentRecord) -> dict[str, Any]:
         "read_cursor": record.read_cursor,
         "floor_seq": record.floor_seq,
         "followed_until": record.followed_until,
+        "active_at": record.active_at,
     }
 
 
@@ -254,13 +259,16 @@ def message_values(message: MessageRecord) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=64)
-def _renew_checkin(role: bool, repo: bool, caps: bool, status: bool, keep_ttl: bool) -> Update:
-    """UPDATE … RETURNING for a check-in renewal setting these fields (one statement per shape, built once)."""
+def _renew_checkin(role: bool, repo: bool, caps: bool, status: bool, keep_ttl: bool, active: bool | None) -> Update:
+    """UPDATE … RETURNING for a check-in renewal setting these fields (one statement per shape, built once);
+    ``active`` as ``MeshTx.renew_checkin``'s."""
     values: dict[str, Any] = {
         "last_seen_at": _p("p_seen", "last_seen_at"),
         "expires_at": _p("p_exp", "expires_at"),
         "ttl_seconds": _p("p_ttl_new", "ttl_seconds"),
     }
+    if active:
+        values["active_at"] = _p("p_active", "active_at")
     for given, column in ((role, "role"), (repo, "repo"), (caps, "caps"), (status, "status")):
         if given:
             values[column] = _p(f"p_{column}", column)
@@ -270,6 +278,12 @@ def _renew_checkin(role: bool, repo: bool, caps: bool, status: bool, keep_ttl: b
             (agents.c.status == _p("p_status_old", "status"), agents.c.status_since),
             else_=_p("p_since", "status_since"),
         )
+        if active is None:
+            # A renewal that changes the status text is the agent at work; one that repeats it is a heartbeat.
+            values["active_at"] = case(
+                (agents.c.status == _p("p_status_old", "status"), agents.c.active_at),
+                else_=_p("p_active", "active_at"),
+            )
     stmt = update(agents).where(
         agents.c.agent_id == bindparam("p_id"),
         agents.c.token_hash == bindparam("p_hash"),
@@ -290,6 +304,7 @@ def _renew_checkin_params(
         "p_seen": now,
         "p_exp": now + timedelta(seconds=ttl),
         "p_ttl_new": ttl,
+        "p_active": now,
     }
     if keep is not None:
         params["p_ttl_old"] = keep
@@ -302,6 +317,17 @@ def _renew_checkin_params(
     if changes.status is not None:
         params.update(p_status=changes.status, p_status_old=changes.status, p_since=now)
     return params
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckinRenewal:
+    """What one check-in renewal sets, whatever TTL it is tried with."""
+
+    agent_id: str
+    token_hash: str
+    now: datetime
+    changes: AgentChanges
+    active: bool | None
 
 
 def _page_column(column: Column[Any]) -> ColumnElement[Any]:
@@ -363,6 +389,8 @@ def shown_columns(timestamp: Callable[[str], tuple[ColumnElement[Any], ColumnEle
             *timestamp("last_seen_at"),
             *timestamp("expires_at"),
             c.ttl_seconds,
+            *timestamp("active_at"),
+            *timestamp("followed_until"),
         )
     )
 
@@ -408,12 +436,12 @@ class SqlMeshTx(SqlClaims, SqlTasks):
         self._store.remember_token(token_hash, agent_id)
         return agent_id
 
-    async def renew(self, token_hash: str, now: datetime) -> AgentRecord | None:
+    async def renew(self, token_hash: str, now: datetime, *, active: bool = True) -> AgentRecord | None:
         # One statement when the token's TTL is known from an earlier call (the WHERE re-checks it, so a stale hint
         # only costs the fallback): select, then update.
         ttl = self._store.ttl_hints.get(token_hash)
         if ttl is not None:
-            renewed = await self._renew_with_ttl(token_hash, now, ttl)
+            renewed = await self._renew_with_ttl(token_hash, now, ttl, active)
             if renewed is not None:
                 return renewed
         agent = await self._first_agent(self._store.by_token_locked, {"p_hash": token_hash})
@@ -421,35 +449,54 @@ class SqlMeshTx(SqlClaims, SqlTasks):
             return agent
         self._store.hint(token_hash, agent.ttl_seconds)
         expires_at = now + timedelta(seconds=agent.ttl_seconds)
-        await self.touch(agent.agent_id, token_hash, now, expires_at)
-        return replace(agent, last_seen_at=now, expires_at=expires_at)
+        await self._touch(agent.agent_id, token_hash, now, expires_at, active)
+        return replace(agent, last_seen_at=now, expires_at=expires_at, active_at=now if active else agent.active_at)
 
-    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int) -> AgentRecord | None:
+    async def _renew_with_ttl(self, token_hash: str, now: datetime, ttl: int, active: bool) -> AgentRecord | None:
         params = {
             "p_hash": token_hash,
             "p_now": now,
             "p_ttl": ttl,
             "p_seen": now,
             "p_exp": now + timedelta(seconds=ttl),
+            "p_active": now if active else None,
         }
         return await self._first_agent(RENEW_BY_TOKEN, params)
 
     async def touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime) -> bool:
-        params = {"p_id": agent_id, "p_hash": token_hash, "p_now": now, "p_seen": now, "p_exp": expires_at}
+        return await self._touch(agent_id, token_hash, now, expires_at, True)
+
+    async def _touch(self, agent_id: str, token_hash: str, now: datetime, expires_at: datetime, active: bool) -> bool:
+        params = {
+            "p_id": agent_id,
+            "p_hash": token_hash,
+            "p_now": now,
+            "p_seen": now,
+            "p_exp": expires_at,
+            "p_active": now if active else None,
+        }
         return _rowcount(await self._conn.execute(TOUCH, params)) == 1
 
     async def renew_checkin(
-        self, agent_id: str, token_hash: str, now: datetime, *, ttl_seconds: int | None, changes: AgentChanges
+        self,
+        agent_id: str,
+        token_hash: str,
+        now: datetime,
+        *,
+        ttl_seconds: int | None,
+        changes: AgentChanges,
+        active: bool | None = None,
     ) -> AgentRecord | None:
+        renew = _CheckinRenewal(agent_id, token_hash, now, changes, active)
         if ttl_seconds is not None:
-            renewed = await self._renew_checkin(agent_id, token_hash, now, ttl_seconds, None, changes)
+            renewed = await self._renew_checkin(renew, ttl_seconds, None)
             if renewed is not None:
                 self._store.hint(token_hash, ttl_seconds)
             return renewed
         # Keeping the row's TTL: known from a hint, re-checked by the WHERE (a stale one costs the fallback).
         ttl = self._store.ttl_hints.get(token_hash)
         if ttl is not None:
-            renewed = await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
+            renewed = await self._renew_checkin(renew, ttl, ttl)
             if renewed is not None:
                 return renewed
         current = await self.get_agent(agent_id, for_update=True)
@@ -457,19 +504,20 @@ class SqlMeshTx(SqlClaims, SqlTasks):
             return None
         ttl = current.ttl_seconds
         self._store.hint(token_hash, ttl)
-        return await self._renew_checkin(agent_id, token_hash, now, ttl, ttl, changes)
+        return await self._renew_checkin(renew, ttl, ttl)
 
-    async def _renew_checkin(
-        self, agent_id: str, token_hash: str, now: datetime, ttl: int, keep: int | None, changes: AgentChanges
-    ) -> AgentRecord | None:
+    async def _renew_checkin(self, renew: _CheckinRenewal, ttl: int, keep: int | None) -> AgentRecord | None:
+        changes = renew.changes
         stmt = _renew_checkin(
             changes.role is not None,
             changes.repo is not None,
             changes.caps is not None,
             changes.status is not None,
             keep is not None,
+            renew.active,
         )
-        return await self._first_agent(stmt, _renew_checkin_params(agent_id, token_hash, now, ttl, keep, changes))
+        params = _renew_checkin_params(renew.agent_id, renew.token_hash, renew.now, ttl, keep, changes)
+        return await self._first_agent(stmt, params)
 
     async def create_agent(self, record: AgentRecord) -> bool:
         stmt = self._store.dialect.insert_ignore(agents, agent_values(record), conflict=["agent_id"])
@@ -696,7 +744,7 @@ class SqlMeshStore:
             await self.notifier.notify_in_transaction(conn, recipients)
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         """No one-step read in the portable core: the mesh reads in a transaction."""
         return None

@@ -134,12 +134,14 @@ class PostgresMeshTx(SqlMeshTx):
 
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
-# read cursor), $6 the page size, $7 how many of the page to record as read (receipts). The UPDATE's WHERE holds every
+# read cursor), $6 the page size, $7 how many of the page to record as read (receipts), $8 whether the read is the
+# agent's activity (a follower's is not: it renews the lease only). The UPDATE's WHERE holds every
 # condition of a plain read: a row that fails one is left alone and the caller takes the transaction that says why.
 # One row per entry, or one with NULL entry columns.
 _RENEW_AND_READ = """
 WITH a AS (
-    UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
+    UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2,
+        active_at = CASE WHEN $8::boolean THEN $1 ELSE active_at END
     WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
       AND ($5::bigint IS NULL OR $5::bigint <= last_seq)
     RETURNING *
@@ -178,7 +180,7 @@ WITH l AS MATERIALIZED (
     WHERE (agent_id = $1 AND token_hash = $2 AND ttl_seconds = $5 AND expires_at > $3)
        OR (agent_id = $6 AND expires_at > $3)
 ), s AS (
-    UPDATE mesh_agents SET last_seen_at = $3, expires_at = $4
+    UPDATE mesh_agents SET last_seen_at = $3, expires_at = $4, active_at = $3
     WHERE agent_id = $1 AND (SELECT go FROM ok)
     RETURNING agent_id
 ), b AS (
@@ -222,7 +224,7 @@ class PostgresMeshStore(SqlMeshStore):
         return entry, bool(rows[0]["followed"])
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
         # The expiry is computed here from the TTL seen for this token (the WHERE re-checks it): without one, the
         # transaction reads the row first.
@@ -230,7 +232,7 @@ class PostgresMeshStore(SqlMeshStore):
         if ttl is None:
             return None
         rows = await self.driver.fetch(
-            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit, shown
+            _RENEW_AND_READ, now, now + timedelta(seconds=ttl), token_hash, ttl, after, limit, shown, active
         )
         if not rows:
             return None

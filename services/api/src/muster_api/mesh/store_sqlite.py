@@ -251,9 +251,10 @@ class SqliteMeshStore(SqlMeshStore):
                 self._wrote()
         return result
 
-    def _renewal(self, token_hash: str, now: datetime) -> dict[str, Any] | None:
+    def _renewal(self, token_hash: str, now: datetime, *, active: bool = True) -> dict[str, Any] | None:
         """The parameters of a renewal computed from the TTL seen for this token (the statement re-checks it);
-        None without one (the transaction then reads the row first)."""
+        None without one (the transaction then reads the row first). ``active``: the call is the agent's
+        activity."""
         ttl = self.ttl_hints.get(token_hash)
         if ttl is None:
             return None
@@ -264,6 +265,7 @@ class SqliteMeshStore(SqlMeshStore):
             "p_ttl": ttl,
             "p_seen": at,
             "p_exp": time_text(now + timedelta(seconds=ttl)),
+            "p_active": at if active else None,
         }
 
     async def renew_and_deliver(
@@ -281,9 +283,9 @@ class SqliteMeshStore(SqlMeshStore):
         return InboxEntry(seq=seq, message=MessageRecord(message_id, sender, body, thread_id, now)), followed
 
     async def renew_and_read(
-        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0
+        self, token_hash: str, now: datetime, *, after: int | None, limit: int, shown: int = 0, active: bool = True
     ) -> tuple[AgentRecord, list[InboxEntry]] | None:
-        renew = self._renewal(token_hash, now)
+        renew = self._renewal(token_hash, now, active=active)
         if renew is None:
             return None
         read = await self._in_one_trip(sqlite_trips.renew_and_read(renew, after, limit, shown))

@@ -29,6 +29,9 @@ agents = Table(
     Column("floor_seq", BigInteger, nullable=False),
     # Until when a reader waits on the inbox (a long-poll or a stream): a message sent before then wakes it.
     Column("followed_until", UTCDateTime, nullable=True),
+    # The agent's last own call (muster_mesh.presence): written by the same UPDATE that renews the lease, left as it
+    # is by a follower's. NULL only on rows older than the column, where last_seen_at stands in.
+    Column("active_at", UTCDateTime, nullable=True),
     Index("ix_mesh_agents_roster", "agent_id", "expires_at"),
 )
 

@@ -14,7 +14,9 @@ from muster_client import AgentView, DirectoryQuery, MusterClient
 
 PAGE = 500
 WATCH_SECONDS = 2.0
-HEADERS = ("agent", "role", "repo", "caps", "status", "status age", "heartbeat", "expires in", "unread")
+HEADERS = ("agent", "role", "repo", "caps", "status", "state", "status age", "heartbeat", "expires in", "unread")
+# How the state reads (muster_mesh.presence); a state a newer service names reads plain.
+STATE_STYLES = {"working": "green", "waiting": "blue", "idle": "", "stale": "yellow"}
 
 
 def fetch(client: MusterClient, args: argparse.Namespace) -> tuple[list[AgentView], dict[str, int]]:
@@ -33,11 +35,19 @@ def _row(agent: AgentView, unread: int) -> list[Cell]:
         (inert(agent.repo), dim),
         (inert(",".join(agent.caps)), dim or "cyan"),
         (inert(agent.status) + (" [stale]" if stale and agent.alive else ""), dim or ("yellow" if stale else "")),
+        _state(agent, dim),
         (duration(agent.status_age_seconds), dim),
         (duration(agent.heartbeat_age_seconds) + " ago", dim),
         ("expired" if not agent.alive else duration(left), dim or ("red" if left < 60 else "")),
         (str(unread), dim or ("bold blue" if unread else "")),
     ]
+
+
+def _state(agent: AgentView, dim: str) -> Cell:
+    if agent.state is None or agent.last_activity is None:
+        return ("", dim)
+    quiet = agent.heartbeat_age_seconds + (agent.last_seen_at - agent.last_activity).total_seconds()
+    return (f"{inert(agent.state)} · {duration(quiet)} ago", dim or STATE_STYLES.get(agent.state, ""))
 
 
 def rows(agents: list[AgentView], unread: dict[str, int]) -> list[list[Cell]]:
@@ -50,7 +60,7 @@ def as_json(agents: list[AgentView], unread: dict[str, int]) -> dict[str, Any]:
 
 def _fingerprint(agents: list[AgentView], unread: dict[str, int]) -> tuple[Any, ...]:
     # What a piped --watch reprints on: a change in the directory, not the ages ticking.
-    seen = tuple((a.agent_id, a.status, a.role, a.repo, tuple(a.caps), a.alive, a.expires_at) for a in agents)
+    seen = tuple((a.agent_id, a.status, a.role, a.repo, tuple(a.caps), a.alive, a.expires_at, a.state) for a in agents)
     return (seen, tuple(sorted(unread.items())))
 
 

@@ -116,9 +116,11 @@
     const expiresIn = (Date.parse(agent.expires_at) - state.roster.serverNow) / 1000 - elapsed;
     const statusAge = agent.status_age_seconds + elapsed;
     const heartbeat = agent.heartbeat_age_seconds + elapsed;
+    const activity = (state.roster.serverNow - Date.parse(agent.last_activity)) / 1000 + elapsed;
     return {
       statusAge,
       heartbeat,
+      activity,
       expiresIn,
       expired: !agent.alive || expiresIn <= 0,
       stale: statusAge > STALE_STATUS_S || heartbeat > STALE_HEARTBEAT_S,
@@ -140,7 +142,8 @@
     const text = el("span", agent.status, "status-text");
     status.title = text.textContent;
     status.append(text, el("span", "stale", "tag stale"), el("span", "expired", "tag expired"));
-    tr.append(caps, status, el("td", "", "status-age"), el("td", "", "heartbeat"), el("td", "", "expires"));
+    tr.append(caps, status, el("td", "", "presence"), el("td", "", "status-age"), el("td", "", "heartbeat"));
+    tr.append(el("td", "", "expires"));
     tr.append(el("td", "", "unread"));
     return tr;
   }
@@ -150,6 +153,10 @@
     tr.classList.toggle("expired", t.expired);
     tr.classList.toggle("stale", t.stale && !t.expired);
     tr.hidden = t.expired && -t.expiresIn > EXPIRED_GRACE_S;
+    // The state as the service derived it when the page was read (a change of state is a new page: the poll sees it).
+    const presence = tr.querySelector(".presence");
+    presence.textContent = `${agent.state} · ${duration(t.activity)} ago`;
+    presence.dataset.state = agent.state;
     tr.querySelector(".status-age").textContent = duration(t.statusAge);
     tr.querySelector(".heartbeat").textContent = `${duration(t.heartbeat)} ago`;
     tr.querySelector(".expires").textContent = t.expired ? `ended ${duration(-t.expiresIn)} ago` : duration(t.expiresIn);

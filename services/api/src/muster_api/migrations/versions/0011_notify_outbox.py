@@ -1,6 +1,6 @@
 """Notifications: the outbox of events and the deliveries made of them.
 
-Revision ID: notify_outbox
+Revision ID: 0011_notify_outbox
 Revises: 0010_runtime_sleepers
 """
 
@@ -11,7 +11,7 @@ from alembic import op
 
 from muster_api.db.schema import UTCDateTime
 
-revision: str = "notify_outbox"
+revision: str = "0011_notify_outbox"
 down_revision: str | None = "0010_runtime_sleepers"
 branch_labels: Sequence[str] | None = None
 depends_on: Sequence[str] | None = None
