@@ -125,6 +125,11 @@ class RunPresence:
         self._token = token
         self._changed = anyio.Event()
 
+    @property
+    def token(self) -> str:
+        assert self._token is not None, "checked in first"
+        return self._token
+
     async def checkin(self) -> CheckinRecord:
         """Check the agent in (raises ``MeshError`` when it cannot: e.g. another session holds the agent_id)."""
         answer = await self.mesh.checkin(self._request(), token=self._token)
@@ -185,7 +190,8 @@ class RunPresence:
             log.warning("%s: checking out after the run failed (%s); its lease will lapse", self.member.agent_id, exc)
 
     def mcp_server(self, url: str, api_key: str | None, executable: str) -> McpServer:
-        """``muster mcp`` bound to this agent: the token in a 0600 file of the private home, named by a variable."""
+        """``muster mcp`` bound to this agent: the token (and ``api_key``, the run's own key, never the service's) in
+        a 0600 file of the private home, named by a variable."""
         assert self._token is not None
         identity = BoundIdentity(url, self.member.agent_id, self._token, api_key)
         return McpServer(
