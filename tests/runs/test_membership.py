@@ -41,18 +41,20 @@ STRANGER = "someone-else"
 
 @asynccontextmanager
 async def member_service(
-    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agents: dict[str, Any]
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agents: dict[str, Any], *, key: str | None = None
 ) -> AsyncIterator[tuple[httpx.AsyncClient, str, Recording]]:
     """The service with its workers; the MCP servers of runs reach it through a recording proxy (so that a test can
-    see when an MCP server has listed its tools)."""
+    see when an MCP server has listed its tools). ``key``: the service's one API key (the client presents it)."""
     dispatch_env(monkeypatch, tmp_path)
     port = free_port()
     async with recording_proxy(f"http://127.0.0.1:{port}") as proxy:
         monkeypatch.setenv("MUSTER_DISPATCH_SERVICE_URL", proxy.base)
         config = write_config(tmp_path / "muster.json", agents)
-        app = create_app(Settings(database_url=db_url, config=config, port=port))
+        keys = [key] if key else []
+        app = create_app(Settings(database_url=db_url, config=config, port=port, api_keys=keys))
+        headers = {"X-API-Key": key} if key else {}
         with live_server(app, port=port) as url:
-            async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            async with httpx.AsyncClient(base_url=url, timeout=60, headers=headers) as client:
                 yield client, url, proxy
 
 
@@ -80,12 +82,23 @@ def mcp_call(tool: str, call_id: str, arguments: dict[str, Any], *, namespace: s
     return ToolCall(name=tool, namespace=namespace, call_id=call_id, arguments=arguments)
 
 
-def plan_member_turn(script: Script, person: str, gate: threading.Event, *, namespace: str | None) -> None:
-    """Send to the person, claim src/**, try to check in as another agent, then end (held until ``gate``)."""
+async def when_listed(proxy: Recording, listed: threading.Event) -> None:
+    """Open ``listed`` once the run's MCP server has listed its tools (it asks the service for the A2A tools)."""
+    while not any(" /a2a/agents?" in r for r in proxy.requests):
+        await anyio.sleep(0.05)
+    listed.set()
+
+
+def plan_member_turn(
+    script: Script, person: str, gate: threading.Event, *, namespace: str | None, listed: threading.Event | None = None
+) -> None:
+    """Send to the person, claim src/**, try to check in as another agent, then end (held until ``gate``). With
+    ``listed``, the first answer waits for it: Claude asks the model while its MCP servers still start, and a tool
+    called before its server is up is "no such tool" (a loaded machine takes tens of seconds to start one)."""
     send = {"to": person, "body": "hello from the dispatched agent", "confirm": True}
     claim = {"paths": ["src/**"], "reason": "reworking the store", "confirm": True}
     script.plan(
-        Reply(text="Greeting.", tool=mcp_call("agent_send", "call_send", send, namespace=namespace)),
+        Reply(text="Greeting.", tool=mcp_call("agent_send", "call_send", send, namespace=namespace), gate=listed),
         Reply(text="Claiming.", tool=mcp_call("claim_paths", "call_claim", claim, namespace=namespace)),
         Reply(
             text="Trying another name.",
@@ -156,7 +169,7 @@ async def test_a_codex_run_is_a_member_of_the_mesh(
     agents = {"coder": {**codex(fake_openai.url), "mesh": {"repo": "shop"}}}
     async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, proxy):
         ready = tmp_path / "mcp-server-listed-its-tools"
-        gate = threading.Event()
+        gate, listed = threading.Event(), threading.Event()
         # Codex starts its MCP servers beside the turn and defers their tools behind its tool search: the first step
         # waits (in codex's shell) until our server has listed its tools (it asks the service for the A2A tools).
         fake_openai.script.plan(
@@ -166,8 +179,7 @@ async def test_a_codex_run_is_a_member_of_the_mesh(
         plan_member_turn(fake_openai.script, "person", gate, namespace="mcp__muster")
 
         async def signal_when_listed() -> None:
-            while not any(" /a2a/agents?" in r for r in proxy.requests):
-                await anyio.sleep(0.05)
+            await when_listed(proxy, listed)
             ready.touch()
 
         async with anyio.create_task_group() as group:
@@ -184,10 +196,13 @@ async def test_a_claude_run_is_a_member_of_the_mesh(
     fake_anthropic: FakeAnthropic,
 ) -> None:
     agents = {"writer": {**claude(fake_anthropic.url, MCP_TIMEOUT="120000"), "mesh": {"repo": "shop"}}}
-    async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, _proxy):
-        gate = threading.Event()
-        plan_member_turn(fake_anthropic.script, "person", gate, namespace=None)
-        await assert_member_run(client, url, tmp_path, fake_anthropic.script, gate, "writer")
+    async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, proxy):
+        gate, listed = threading.Event(), threading.Event()
+        plan_member_turn(fake_anthropic.script, "person", gate, namespace=None, listed=listed)
+        async with anyio.create_task_group() as group:
+            group.start_soon(when_listed, proxy, listed)
+            await assert_member_run(client, url, tmp_path, fake_anthropic.script, gate, "writer")
+            group.cancel_scope.cancel()
 
 
 def test_a_member_reaches_the_service_started_as_a_user_starts_it(

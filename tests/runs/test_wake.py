@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -18,11 +19,12 @@ from muster_api.settings import Settings
 from muster_client import MusterClient
 from tests.dispatch.cli.support import user_texts
 from tests.dispatch.conftest import InstalledClis
+from tests.dispatch.fakes.anthropic import FakeAnthropic
 from tests.dispatch.fakes.openai import FakeOpenAI
 from tests.dispatch.fakes.plans import Reply
 from tests.runs.support import finished, start
-from tests.runs.test_cli_runs import _until, codex
-from tests.runs.test_membership import member_service, roster_entry, until
+from tests.runs.test_cli_runs import _until, claude, codex
+from tests.runs.test_membership import claims_of, mcp_call, member_service, roster_entry, until, when_listed
 from tests.support.live import live_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
@@ -165,3 +167,38 @@ async def test_two_instances_wake_an_agent_once(
             assert done["status"] == "completed" and done["text"] == "Woken once."
             await until(lambda: asleep(url, "shared"), "asleep again")
             assert len(await runs_of(client, "shared")) == 1, "one wake across both instances"
+
+
+async def test_a_sleepers_claims_end_with_its_run_while_it_stays_asleep(
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    installed_clis: InstalledClis,
+    fake_anthropic: FakeAnthropic,
+) -> None:
+    """A REAL Claude Code run of a sleeper claims src/** through its MCP server: the claim is listed while the run
+    lives, and gone at its end though the agent stays checked in (asleep)."""
+    agents = {"dozer": {**claude(fake_anthropic.url), "wake": True, "mesh": {"repo": "shop"}}}
+    gate, listed = threading.Event(), threading.Event()
+    claim = {"paths": ["src/**"], "reason": "reworking the store", "confirm": True}
+    fake_anthropic.script.plan(
+        Reply(text="Claiming.", tool=mcp_call("claim_paths", "call_claim", claim, namespace=None), gate=listed),
+        Reply(text="Claimed and done.", gate=gate),
+    )
+    try:
+        async with member_service(db_url, tmp_path, monkeypatch, agents) as (client, url, proxy):
+            async with anyio.create_task_group() as group:
+                group.start_soon(when_listed, proxy, listed)
+                await until(lambda: asleep(url, "dozer"), "the agent asleep before its run")
+                run = await start(client, agent="dozer", prompt="Claim the store", workspace="shop")
+                [held] = await until(lambda: claims_of(url, "dozer"), "the run's claim")
+                assert (held.holder, held.pattern) == ("dozer", "src/**")
+                gate.set()
+                done = await finished(client, run["id"])
+                assert done["status"] == "completed" and done["text"] == "Claimed and done.", done
+                group.cancel_scope.cancel()
+            await until(lambda: asleep(url, "dozer"), "asleep again after its run")
+            assert claims_of(url, "dozer") == [], "the run's claims ended with the run"
+    finally:
+        gate.set()
+        listed.set()

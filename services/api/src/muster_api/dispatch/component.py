@@ -26,6 +26,7 @@ from muster_api.dispatch.claims_watch import ClaimsLookup
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.membership import service_url
 from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.run_keys import RunKeys
 from muster_api.dispatch.sleepers import Sleeper, foresee_wake, serve_sleepers
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.store_postgres import PostgresRunStore
@@ -77,7 +78,9 @@ class DispatchState:
         self.sleepers: dict[str, Sleeper] = {}  # the agents with wake = true, by name (sleepers.py)
         service = runtime.settings
         self.mcp_url = service_url(settings.service_url, service.host, service.port)
-        self.mcp_api_key = service.api_keys[0].get_secret_value() if service.api_keys else None
+        # Behind API keys, a run's MCP server gets a key of its own, scoped to its agent (run_keys.py).
+        self.keyed = bool(service.api_keys)
+        self.run_keys = RunKeys(runtime.engine)
         self._providers: dict[tuple[str, Egress], SandboxProvider] = {}
         # The path claims a turn's changes are checked against: composed by the service from the mesh (None: none).
         self.claims: ClaimsLookup | None = None
@@ -152,5 +155,7 @@ async def lifespan(app: FastAPI, runtime: Runtime, claims: ClaimsLookup | None =
     mesh, tasks = getattr(app.state, "mesh", None), getattr(app.state, "tasks", None)
     async with running(runtime, mesh=mesh, tasks=tasks, claims=claims) as state:
         app.state.dispatch = state
+        if state.keyed:
+            app.state.scoped_keys = state.run_keys
         app.state.wake_probe = functools.partial(foresee_wake, state)
         yield

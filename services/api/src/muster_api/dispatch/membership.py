@@ -25,6 +25,7 @@ from muster_api.mcp.bound import IDENTITY_FILE_VARIABLE, BoundIdentity
 from muster_dispatch import McpServer
 from muster_dispatch.egress import Endpoint
 from muster_mesh import Mesh, MeshError
+from muster_mesh.claims import Claims, ReleaseRequest
 from muster_mesh.models import CONTROLS, MAX_STATUS_CHARS, CheckinRecord, CheckinRequest, CheckoutRequest
 
 log = logging.getLogger("muster.dispatch.membership")
@@ -115,7 +116,7 @@ class RunPresence:
         self, mesh: Mesh, member: Member, *, renew_every: float, token: str | None = None, stays_as: str | None = None
     ) -> None:
         """``token``: a session the agent has already (a sleeping agent's); ``stays_as``: at the run's end the agent
-        stays checked in with this status instead of checking out."""
+        stays checked in with this status instead of checking out (its claims released)."""
         self.mesh = mesh
         self.member = member
         self.renew_every = renew_every
@@ -126,6 +127,11 @@ class RunPresence:
         self._changed = anyio.Event()
         # An event of the run since the last renewal: the next one is the agent's activity (muster_mesh.presence).
         self._active = True
+
+    @property
+    def token(self) -> str:
+        assert self._token is not None, "checked in first"
+        return self._token
 
     async def checkin(self) -> CheckinRecord:
         """Check the agent in (raises ``MeshError`` when it cannot: e.g. another session holds the agent_id)."""
@@ -181,11 +187,7 @@ class RunPresence:
         if self._token is None:
             return
         if self.stays_as is not None:
-            self.status = self.stays_as
-            try:
-                await self.checkin()
-            except Exception as exc:  # the sleeper's own renewal sets it again
-                log.warning("%s: the status after the run was not set (%s)", self.member.agent_id, exc)
+            await self._stay()
             return
         token, self._token = self._token, None
         try:
@@ -193,8 +195,22 @@ class RunPresence:
         except Exception as exc:  # the lease ends by itself: nothing to keep
             log.warning("%s: checking out after the run failed (%s); its lease will lapse", self.member.agent_id, exc)
 
+    async def _stay(self) -> None:
+        """The run ended but its agent stays checked in (asleep, or serving a role): its path claims end with the
+        run all the same (they said what this run was changing), and its status says it waits."""
+        self.status = self.stays_as or self.status
+        try:
+            await Claims(self.mesh).release(ReleaseRequest(confirm=True), token=self._token)
+        except Exception as exc:  # the session may have lapsed (its claims with it)
+            log.warning("%s: releasing the run's claims failed (%s)", self.member.agent_id, exc)
+        try:
+            await self.checkin()
+        except Exception as exc:  # the sleeper's own renewal sets it again
+            log.warning("%s: the status after the run was not set (%s)", self.member.agent_id, exc)
+
     def mcp_server(self, url: str, api_key: str | None, executable: str) -> McpServer:
-        """``muster mcp`` bound to this agent: the token in a 0600 file of the private home, named by a variable."""
+        """``muster mcp`` bound to this agent: the token (and ``api_key``, the run's own key, never the service's) in
+        a 0600 file of the private home, named by a variable."""
         assert self._token is not None
         identity = BoundIdentity(url, self.member.agent_id, self._token, api_key)
         return McpServer(

@@ -7,7 +7,8 @@ arrival); then the wake: nothing when the inbox holds nothing unread; a run in t
 continues its last conversation (restored from the stored snapshot on whichever worker claims it) with a fixed
 prompt that names how many messages wait, never what they say; the same text steered into a live-input run that is
 running; otherwise a wake owed to the end of the active run. At most one wake per ``wake_interval``, decided by the
-UPDATE that records it, whichever instance asks first: several instances wake an agent once.
+UPDATE that records it, whichever instance asks first: several instances wake an agent once. A wake the interval
+refuses is owed as a row (``wake_due_at``) that any instance takes when due.
 """
 
 from __future__ import annotations
@@ -84,7 +85,33 @@ class SleeperStore:
                     or_(sleepers.c.last_wake_at.is_(None), sleepers.c.last_wake_at <= since),
                 )
             )
-            .values(last_wake_at=now, pending=False)
+            .values(last_wake_at=now, pending=False, wake_due_at=None)
+        )
+        async with self.engine.begin() as conn:
+            return (await conn.execute(statement)).rowcount == 1
+
+    async def defer(self, agent_id: str, due: datetime) -> None:
+        """A wake owed at ``due`` (the earliest kept when one is owed already): a row, made by whichever instance is
+        alive then."""
+        statement = (
+            update(sleepers)
+            .where(
+                and_(
+                    sleepers.c.agent_id == agent_id,
+                    or_(sleepers.c.wake_due_at.is_(None), sleepers.c.wake_due_at > due),
+                )
+            )
+            .values(wake_due_at=due)
+        )
+        async with self.engine.begin() as conn:
+            await conn.execute(statement)
+
+    async def take_due(self, agent_id: str, now: datetime) -> bool:
+        """The wake owed by ``now``, taken (by one instance: the UPDATE decides)."""
+        statement = (
+            update(sleepers)
+            .where(and_(sleepers.c.agent_id == agent_id, sleepers.c.wake_due_at <= now))
+            .values(wake_due_at=None)
         )
         async with self.engine.begin() as conn:
             return (await conn.execute(statement)).rowcount == 1
@@ -166,21 +193,34 @@ class Sleeper:
             if self.definition.wakes:
                 await self._follow()
 
-    def _later(self) -> None:
-        """Wake again once the interval has passed (messages that came too soon after a wake are not lost)."""
+    async def _later(self, now: datetime) -> None:
+        """Wake again once the interval has passed (messages that came too soon after a wake are not lost): the owed
+        wake is a row, taken when due by whichever instance looks first (each looks at every renewal, and this one
+        also at the due time), so the death of this process loses nothing."""
+        due = now + timedelta(seconds=self.interval)
+        await self.store.defer(self.agent_id, due)
+        log.info("%s: woken less than %gs ago; the next wake is due at %s", self.agent_id, self.interval, due)
         if self._waiting or self._group is None:
             return
         self._waiting = True
 
-        async def retry() -> None:
+        async def at_due() -> None:
             await anyio.sleep(self.interval)
             self._waiting = False
             try:
-                await self.wake()
+                await self.owed_wakes()
             except Exception:
                 log.exception("%s: a deferred wake failed", self.agent_id)
 
-        self._group.start_soon(retry)
+        self._group.start_soon(at_due)
+
+    async def owed_wakes(self) -> None:
+        """The wakes owed now: one due after its interval, or one owed to the end of a run no longer active (its
+        worker died before it could make it)."""
+        due = await self.store.take_due(self.agent_id, self.state.now())
+        orphaned = not due and await _active_run(self.state, self.definition.name) is None
+        if due or (orphaned and await self.store.take_owed(self.agent_id)):
+            await self.wake()
 
     # ------------------------------------------------------------ the session
 
@@ -188,6 +228,8 @@ class Sleeper:
         while True:
             try:
                 await self.renew()
+                if self.definition.wakes:
+                    await self.owed_wakes()
             except Exception:  # a database hiccup: the next renewal tries again
                 log.exception("%s: keeping the sleeping agent on the mesh failed", self.agent_id)
             await anyio.sleep(self.state.settings.renew_every)
@@ -199,10 +241,16 @@ class Sleeper:
         token = await self.store.token(self.agent_id)
         if token is not None:
             try:
-                await self.mesh.checkin(request, token=token)
-                return token
+                renewed = await self.mesh.checkin(request, token=token)
             except MeshError:
                 pass  # the session ended (a lapse, a check-out): make a new one
+            else:
+                # A lapsed session is claimed anew under a new token (every instance was down past the lease).
+                assert isinstance(renewed, CheckinRecord)
+                if renewed.token is not None and renewed.token != token:
+                    await self.store.keep(self.agent_id, self.definition.name, renewed.token)
+                    return renewed.token
+                return token
         try:
             answer = await self.mesh.checkin(request.model_copy(update={"status": self.idle_status}))
         except IdentityConflict:
@@ -254,13 +302,13 @@ class Sleeper:
                 await self.store.owe(self.agent_id)
                 return "scheduled"
             if not await self.store.gate(self.agent_id, now, self.interval):
-                self._later()
+                await self._later(now)
                 return "none"
             await self.state.store.add_control(run_id, "steer", wake_prompt(unread), now)
             await self._woken(token)
             return "steered"
         if not await self.store.gate(self.agent_id, now, self.interval):
-            self._later()
+            await self._later(now)
             return "none"
         if not await self._start(unread):
             return "none"

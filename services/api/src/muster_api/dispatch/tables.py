@@ -86,7 +86,8 @@ conversation_files = Table(
 
 # Agents with ``wake = true``: the mesh session the service keeps for each between its runs (its token, which every
 # instance renews and a run's MCP server is given), the last wake (at most one per interval, decided by the UPDATE that
-# sets it, whichever instance asks), and a wake owed once the active run ends.
+# sets it, whichever instance asks), a wake owed once the active run ends, and a wake owed once the interval has passed
+# (`wake_due_at`: a row, so that whichever instance is alive then makes it).
 sleepers = Table(
     "dispatch_sleepers",
     metadata,
@@ -95,6 +96,19 @@ sleepers = Table(
     Column("token", String(200), nullable=True),
     Column("last_wake_at", UTCDateTime, nullable=True),
     Column("pending", Boolean, nullable=False),
+    Column("wake_due_at", UTCDateTime, nullable=True),
 )
 
-__all__ = ["controls", "conversation_files", "conversations", "events", "metadata", "runs", "sleepers"]
+# The key a run's MCP server presents on a service with API keys, in place of the service's own: one per run, kept as
+# its SHA-256 with the hash of the agent's session token it is good with. It is honoured only while its run is running
+# (so a dead worker's keys die with the run's lease) and deleted at the run's end.
+run_keys = Table(
+    "dispatch_run_keys",
+    metadata,
+    Column("key_hash", String(64), primary_key=True),
+    Column("run_id", String(32), nullable=False, index=True),
+    Column("agent_id", String(64), nullable=False),
+    Column("token_hash", String(64), nullable=False),
+)
+
+__all__ = ["controls", "conversation_files", "conversations", "events", "metadata", "run_keys", "runs", "sleepers"]

@@ -25,6 +25,7 @@ from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.membership import Member, RunPresence, muster_executable
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key, shielded
+from muster_api.dispatch.run_keys import RunKeys
 from muster_api.dispatch.sleepers import Sleeper
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.workspaces import resolve_workspace
@@ -78,7 +79,9 @@ class WorkerState(Protocol):
     @property
     def mcp_url(self) -> str: ...
     @property
-    def mcp_api_key(self) -> str | None: ...
+    def keyed(self) -> bool: ...
+    @property
+    def run_keys(self) -> RunKeys: ...
 
 
 def _json(value: Any) -> Any:
@@ -136,7 +139,7 @@ async def _prepare(
         source = await SqlJournal.open(state.store, run.replay_of, state.now)
         replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
         return replay, AgentInput(run.prompt), workspace
-    servers = [] if presence is None else _mcp_servers(state, presence)
+    servers = [] if presence is None else await _mcp_servers(state, run, presence)
     agent = state.agents.build(run.agent, state.conversations, mcp_servers=servers)
     continuation = None
     if run.continuation is not None:
@@ -144,12 +147,15 @@ async def _prepare(
     return agent, AgentInput(run.prompt, continuation, run.live_input), workspace
 
 
-def _mcp_servers(state: WorkerState, presence: RunPresence) -> list[McpServer]:
+async def _mcp_servers(state: WorkerState, run: Run, presence: RunPresence) -> list[McpServer]:
+    """``muster mcp`` bound to the run's agent; behind API keys, with a key minted for this run (the model can read
+    what its MCP server is given: never a key of the service)."""
     executable = muster_executable()
     if executable is None:
         log.warning("no muster executable found: %s runs without the mesh tools", presence.member.agent_id)
         return []
-    return [presence.mcp_server(state.mcp_url, state.mcp_api_key, executable)]
+    key = await state.run_keys.mint(run.id, presence.member.agent_id, presence.token) if state.keyed else None
+    return [presence.mcp_server(state.mcp_url, key, executable)]
 
 
 async def _join(state: WorkerState, run: Run, journal: SqlJournal) -> RunPresence | None:
@@ -227,7 +233,7 @@ async def _execute(
         )
     except (DispatchError, RunRequestError) as exc:
         with shielded():
-            await _leave(presence)
+            await _leave(state, run, presence)
             return await _end(state, run, owner, failed(exc, now()), journal)
     values: dict[str, Any] | None = None
     claimed: tuple[Run, bool] | None = None
@@ -248,7 +254,7 @@ async def _execute(
             group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            await _leave(presence)
+            await _leave(state, run, presence)
             if values is None:  # shut down mid-run: nothing may keep running, and nobody will finish it later
                 await running.cancel()
                 error = {"code": "interrupted", "message": "the worker shut down during the run", "details": {}}
@@ -262,10 +268,18 @@ async def _execute(
     return claimed
 
 
-async def _leave(presence: RunPresence | None) -> None:
-    if presence is not None:
-        with anyio.move_on_after(5):  # else the lease lapses by itself
-            await presence.checkout()
+async def _leave(state: WorkerState, run: Run, presence: RunPresence | None) -> None:
+    """The run's agent off the mesh (or asleep again) and its run key revoked, before the run's end is stored."""
+    if presence is None:
+        return
+    with anyio.move_on_after(5):  # else the lease lapses by itself
+        await presence.checkout()
+    if state.keyed:
+        try:
+            with anyio.move_on_after(5):
+                await state.run_keys.revoke(run.id)
+        except Exception:  # the key is honoured only while the run runs: it dies with the run's end anyway
+            log.exception("the key of run %s was not deleted", run.id)
 
 
 def ending(run: Run, values: dict[str, Any], last_seq: int) -> RunEnd:

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from typing import Protocol
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -24,6 +25,18 @@ OPEN_PREFIXES = ("/ui/",)
 OPEN_METHODS = frozenset({"GET", "HEAD"})
 
 
+class ScopedKeys(Protocol):
+    """Keys narrower than the service's (``app.state.scoped_keys``): good for some requests only."""
+
+    async def admits(self, key: bytes, scope: Scope) -> bool: ...
+
+
+def _scoped(scope: Scope) -> ScopedKeys | None:
+    app = scope.get("app")
+    found: ScopedKeys | None = getattr(app.state, "scoped_keys", None) if app is not None else None
+    return found
+
+
 def _open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
@@ -35,8 +48,9 @@ class Edge:
     - the access log: one line per request, method, path (never the query: it may carry cursors we do not want in
       logs), status and ms, for every answer, the ones below included;
     - the API-key guard: when MUSTER_API_KEYS is set, every request but a GET or HEAD of health and readiness needs
-      one of them in ``X-API-Key`` (401 without, 403 with another). ``public``: a pattern of further paths open to
-      GET and HEAD (the served agents' cards, when the operator makes them public);
+      one of them in ``X-API-Key`` (401 without, 403 with another), or a key the app's ``scoped_keys`` admits for
+      this request (a dispatched run's, ``muster_api.dispatch.run_keys``). ``public``: a pattern of further paths
+      open to GET and HEAD (the served agents' cards, when the operator makes them public);
     - the body limit: bodies over ``limit`` bytes are refused with 413 before the app reads them (declared or
       streamed);
     - the last resort: an error no exception handler answered is answered (``problems.unhandled``: 503 for an
@@ -95,8 +109,15 @@ class Edge:
                 await problem(401, detail, headers={"WWW-Authenticate": "ApiKey"})(scope, receive, send)
                 return True
             if not any(hmac.compare_digest(presented, key) for key in self.keys):
-                await problem(403, "the X-API-Key presented is not valid for this API")(scope, receive, send)
-                return True
+                scoped = _scoped(scope)
+                try:
+                    admitted = scoped is not None and await scoped.admits(presented, scope)
+                except Exception as exc:  # an unreachable database: answered as the app's own errors are
+                    await unhandled(exc, scope["method"], scope["path"])(scope, receive, send)
+                    return True
+                if not admitted:
+                    await problem(403, "the X-API-Key presented is not valid for this request")(scope, receive, send)
+                    return True
         for name, value in scope["headers"]:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 await problem(413, f"request body exceeds {self.limit} bytes")(scope, receive, send)
