@@ -1,7 +1,7 @@
 """Dispatch: a key per run for its MCP server (scoped to its agent), and a deferred wake kept as a row.
 
-Revision ID: runtime2_run_keys
-Revises: 0010_runtime_sleepers
+Revision ID: 0013_runtime_run_keys
+Revises: 0012_presence_active_at
 """
 
 from collections.abc import Sequence
@@ -11,8 +11,8 @@ from alembic import op
 
 from muster_api.db.schema import UTCDateTime
 
-revision: str = "runtime2_run_keys"
-down_revision: str | None = "0010_runtime_sleepers"
+revision: str = "0013_runtime_run_keys"
+down_revision: str | None = "0012_presence_active_at"
 branch_labels: Sequence[str] | None = None
 depends_on: Sequence[str] | None = None
 
