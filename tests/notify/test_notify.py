@@ -4,6 +4,7 @@ held up, the URL's secret never shown, and several instances sending each delive
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from datetime import UTC, datetime
@@ -182,4 +183,9 @@ async def test_deliveries_refuse_unknown_parameters_and_bad_limits(
         assert unknown.json()["errors"][0]["field"] == "limt"
         too_many = await client.get("/notify/deliveries", params={"limit": 1000})
         assert too_many.status_code == 422
+        # Past a delivery id's column (32 bits on PostgreSQL) a cursor is refused, not sent to the database.
+        too_far = await client.get("/notify/deliveries", params={"before": 2**31})
+        assert too_far.status_code == 422, too_far.text
+        assert "before" in json.dumps(too_far.json()["errors"])
+        assert (await client.get("/notify/deliveries", params={"before": 2**31 - 1})).status_code == 200
         assert await deliveries(client) == []

@@ -15,6 +15,8 @@ from muster_mesh import InvalidRequest
 router = APIRouter(prefix="/notify", tags=["notify"])
 
 QUERY = frozenset({"limit", "before"})
+# A delivery id is a 32-bit integer column on both databases; a larger cursor names no delivery.
+MAX_DELIVERY_ID = 2**31 - 1
 
 
 class Delivery(BaseModel):
@@ -48,7 +50,9 @@ class Deliveries(BaseModel):
 async def list_deliveries(
     request: Request,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    before: Annotated[int | None, Query(ge=1, description="`next_before` of the previous page.")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_DELIVERY_ID, description="`next_before` of the previous page.")
+    ] = None,
 ) -> Deliveries:
     unknown = sorted(set(request.query_params) - QUERY)
     if unknown:
