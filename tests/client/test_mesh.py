@@ -78,6 +78,32 @@ def test_mesh_round_trip(service: ServerProcess, name: str, monkeypatch: pytest.
         assert isinstance(gone, CheckoutResult) and not gone.agent.alive and builder.token is None
 
 
+def test_a_follower_read_is_woken_not_read_nor_activity(service: ServerProcess, name: str) -> None:
+    me, peer = f"{name}-follower", f"{name}-peer"
+    with (
+        MusterClient(service.base_url, api_key=API_KEY) as agent,
+        MusterClient(service.base_url, api_key=API_KEY) as sender,
+    ):
+        agent.checkin(me, confirm=True)
+        sender.checkin(peer, confirm=True)
+        active_at = sender.agent(me).last_activity
+        sent = sender.send("counted, not read", to=me, confirm=True)
+        assert isinstance(sent, SendResult) and sent.message_id is not None
+
+        counted = agent.inbox(follow=True)
+        assert [m.body for m in counted.messages] == ["counted, not read"], "the caller's own inbox, in full"
+        (receipt,) = sender.receipts(sent.message_id).receipts
+        assert receipt.woken_at is not None and receipt.read_at is None
+        seen = sender.agent(me)
+        assert seen.last_activity == active_at, "a follower's read is not the agent's activity"
+        assert seen.last_seen_at is not None and active_at is not None and seen.last_seen_at > active_at, "renewed"
+
+        agent.inbox()
+        (receipt,) = sender.receipts(sent.message_id).receipts
+        assert receipt.read_at is not None, "a plain read is the agent reading it"
+        assert sender.agent(me).last_activity != active_at
+
+
 async def test_async_long_poll_and_stream(service: ServerProcess, name: str) -> None:
     url = service.base_url
     async with (

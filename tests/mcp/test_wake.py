@@ -86,6 +86,8 @@ async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> 
         joined = await call(agent, "agent_checkin", agent_id=reader, herdr_pane=PANE, confirm=True)
         assert "Auto-wake is on" in joined
         await peer.checkin(sender, confirm=True)
+        active_at = (await peer.agent(reader)).last_activity
+        assert active_at is not None, "the check-in is the agent's activity"
 
         burst_ids: list[str | None] = []
 
@@ -102,6 +104,11 @@ async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> 
             assert message_id is not None
             (receipt,) = (await peer.receipts(message_id)).receipts
             assert receipt.woken_at is not None and receipt.woken_at >= receipt.stored_at, "the pane was woken"
+            assert receipt.read_at is None, "counted for the wake, not read: the agent has not seen it yet"
+        assert (await peer.agent(reader)).last_activity == active_at, "neither the follower nor the wake is activity"
+        backlog = await peer.backlog()
+        assert [b.unread for b in backlog.agents if b.agent_id == reader] == [3]
+        assert "burst" not in backlog.model_dump_json(), "a peer sees the count, never a body"
 
         await peer.send("one more", to=reader, confirm=True)
         second = await wake_number(log, 2)
@@ -109,9 +116,16 @@ async def test_herdr_wake(service: ServerProcess, tmp_path: Path, name: str) -> 
         # Without the limit it would come one settle after the message (about 1 s); the slack absorbs scheduling.
         assert second["at"] - first["at"] >= INTERVAL - 1.0, "at most one wake per interval"
 
+        assert (await peer.agent(reader)).last_activity == active_at, "the second wake is not activity either"
+
         # Fetched while the next wake is held back: when the hold ends the inbox is empty, so no wake.
         await peer.send("read before the wake", to=reader, confirm=True)
         assert "5 new message(s)" in await call(agent, "agent_inbox")
+        for message_id in burst_ids:
+            assert message_id is not None
+            (receipt,) = (await peer.receipts(message_id)).receipts
+            assert receipt.read_at is not None, "agent_inbox returned it: now it is read"
+        assert (await peer.agent(reader)).last_activity != active_at, "agent_inbox is the agent's activity"
         hold_ends = second["at"] + INTERVAL + SETTLE
         while time.time() < hold_ends:
             await anyio.sleep(0.1)

@@ -156,9 +156,12 @@ class AsyncMusterClient(ClientCore):
             )
         )
 
-    async def inbox(self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0) -> InboxPage:
-        """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored."""
-        return await self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds))
+    async def inbox(
+        self, *, after: int | None = None, limit: int | None = None, wait_seconds: float = 0, follow: bool = False
+    ) -> InboxPage:
+        """Read (never moves the stored cursor); ``wait_seconds`` long-polls until a message is stored. ``follow``:
+        read on the agent's behalf (to count what is unread): recorded as woken, not read, and not its activity."""
+        return await self.call(calls.inbox(after=after, limit=limit, wait_seconds=wait_seconds, follow=follow))
 
     async def receipts(self, message_id: str) -> MessageReceipts:
         """What became of a message this agent sent (every recipient) or received (its own): stored, woken, read,

@@ -158,10 +158,12 @@ def send(
     )
 
 
-def inbox(*, after: int | None, limit: int | None, wait_seconds: float) -> Call[InboxPage]:
+def inbox(*, after: int | None, limit: int | None, wait_seconds: float, follow: bool = False) -> Call[InboxPage]:
     params = given(after=after, limit=limit)
     if wait_seconds:
         params["wait_seconds"] = wait_seconds
+    if follow:
+        params["follow"] = "true"
     return Call("GET", "/mesh/inbox", model(InboxPage), params=params, as_agent=True, hold=wait_seconds)
 
 

@@ -212,14 +212,15 @@ class AgentSession:
         return page
 
     async def unread(self) -> int:
-        """Messages the agent has not been given yet (the wake's N)."""
-        page = await self.client.inbox(after=self.delivered, limit=MAX_PAGE)
+        """Messages the agent has not been given yet (the wake's N). Read as the agent's follower: counting them is
+        neither reading them (their receipts stay unread) nor the agent's activity."""
+        page = await self.client.inbox(after=self.delivered, limit=MAX_PAGE, follow=True)
         return len(page.messages)
 
     async def _last_seq(self) -> int:
         after = self.delivered
         while True:
-            page = await self.client.inbox(after=after, limit=MAX_PAGE)
+            page = await self.client.inbox(after=after, limit=MAX_PAGE, follow=True)
             if not page.has_more:
                 return page.next_cursor
             after = page.next_cursor

@@ -265,7 +265,7 @@ async def message_receipts(message_id: MessageId, call: Annotated[Call, Depends(
     responses={**AUTH_ERRORS, 422: {"description": "invalid input, or `after` beyond the inbox", **PROBLEM}},
 )
 async def read_inbox(
-    call: Annotated[Call, Depends(Caller("after", "limit", "wait_seconds"))],
+    call: Annotated[Call, Depends(Caller("after", "limit", "wait_seconds", "follow"))],
     after: Annotated[
         Cursor | None, Query(description="Cursor: messages after this sequence (at most the inbox's last).")
     ] = None,
@@ -273,9 +273,18 @@ async def read_inbox(
     wait_seconds: Annotated[
         float, Query(ge=0, le=MAX_WAIT_SECONDS, description="Long-poll: answer as soon as a message is stored.")
     ] = 0,
+    follow: Annotated[
+        bool,
+        Query(
+            description="A reader on the agent's behalf (its auto-wake counting what is unread): the messages are "
+            "recorded as woken, not read, and the read is not the agent's activity (it renews the lease only)."
+        ),
+    ] = False,
 ) -> Response:
     """Idempotent: the same `after` returns the same messages; reading never moves the stored cursor (ack does)."""
-    return answer(await call.mesh.read_inbox(token=call.token, after=after, limit=limit, wait_seconds=wait_seconds))
+    return answer(
+        await call.mesh.read_inbox(token=call.token, after=after, limit=limit, wait_seconds=wait_seconds, follow=follow)
+    )
 
 
 @router.post(
