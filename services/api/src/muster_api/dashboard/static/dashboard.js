@@ -488,12 +488,15 @@
   function loop(poll, every) {
     const run = async () => {
       if (!state.waitingForKey) {
+        const sentWith = state.key;
         try {
           await poll();
           if (poll === pollRoster) connection("live", `live · every ${POLL_MS / 1000}s`);
         } catch (error) {
-          if (error instanceof KeyRequired) askForKey(error.message);
-          else connection("offline", `unreachable: ${inert(error.message)}`);
+          // A refusal of a request sent before a key was given says nothing of the key given since.
+          if (error instanceof KeyRequired) {
+            if (state.key === sentWith) askForKey(error.message);
+          } else connection("offline", `unreachable: ${inert(error.message)}`);
         }
       }
       window.setTimeout(run, every);
