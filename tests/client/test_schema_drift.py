@@ -39,6 +39,8 @@ PAIRS: dict[type[models.Answer], str] = {
     models.A2ACall: "CallRecord",
     models.DispatchAgent: "AgentOut",
     models.DispatchAgents: "muster_api__dispatch__models__AgentsOut",
+    models.DispatchMember: "MemberOut",
+    models.DispatchMembers: "MembersOut",
     models.Run: "Run",
     models.RunPage: "RunPage",
     models.MessageReceipts: "MessageReceipts",

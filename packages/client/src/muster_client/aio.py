@@ -26,6 +26,7 @@ from muster_client.models import (
     CheckoutPreview,
     CheckoutResult,
     DispatchAgents,
+    DispatchMembers,
     InboxMessage,
     InboxPage,
     MessageReceipts,
@@ -270,6 +271,9 @@ class AsyncMusterClient(ClientCore):
 
     async def dispatch_agents(self) -> DispatchAgents:
         return await self.call(calls.dispatch_agents())
+
+    async def dispatch_members(self) -> DispatchMembers:
+        return await self.call(calls.dispatch_members())
 
     async def start_run(
         self,

@@ -26,6 +26,7 @@ from muster_client.models import (
     CheckoutPreview,
     CheckoutResult,
     DispatchAgents,
+    DispatchMembers,
     InboxPage,
     MessageReceipts,
     Ready,
@@ -286,6 +287,10 @@ def a2a_get_call(call_id: str) -> Call[A2ACall]:
 
 def dispatch_agents() -> Call[DispatchAgents]:
     return Call("GET", "/dispatch/agents", model(DispatchAgents))
+
+
+def dispatch_members() -> Call[DispatchMembers]:
+    return Call("GET", "/dispatch/members", model(DispatchMembers))
 
 
 def start_run(

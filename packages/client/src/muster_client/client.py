@@ -27,6 +27,7 @@ from muster_client.models import (
     CheckoutPreview,
     CheckoutResult,
     DispatchAgents,
+    DispatchMembers,
     InboxMessage,
     InboxPage,
     MessageReceipts,
@@ -263,6 +264,9 @@ class MusterClient(ClientCore):
 
     def dispatch_agents(self) -> DispatchAgents:
         return self.call(calls.dispatch_agents())
+
+    def dispatch_members(self) -> DispatchMembers:
+        return self.call(calls.dispatch_members())
 
     def start_run(
         self,

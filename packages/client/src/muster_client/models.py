@@ -330,6 +330,20 @@ class DispatchAgents(Answer):
     agents: list[DispatchAgent]
 
 
+class DispatchMember(Answer):
+    """A dispatch agent that is a mesh member: its running run, whether it wakes by message, the role it serves."""
+
+    agent_id: str
+    name: str
+    running: str | None = None
+    wake: bool = False
+    serving: str | None = None
+
+
+class DispatchMembers(Answer):
+    members: list[DispatchMember]
+
+
 FINISHED_RUN = frozenset({"completed", "failed", "cancelled", "interrupted"})
 
 

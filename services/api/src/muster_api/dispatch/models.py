@@ -139,3 +139,21 @@ class AgentsOut(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     agents: list[AgentOut]
+
+
+class MemberOut(BaseModel):
+    """A dispatch agent that is a mesh member (``mesh``, ``wake`` or ``serve_tasks``), as the roster shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str
+    name: str = Field(description="the dispatch agent's definition")
+    running: str | None = Field(description="the id of its running run; null when none runs")
+    wake: bool = Field(description="kept on the mesh between runs and woken by a message")
+    serving: str | None = Field(description="the role whose tasks it serves; null when it serves none")
+
+
+class MembersOut(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    members: list[MemberOut]

@@ -13,11 +13,13 @@ from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state, egress_setting
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import jsonl_lines, sse_stream
+from muster_api.dispatch.members import members_out
 from muster_api.dispatch.models import (
     ID_PATTERN,
     MAX_PAGE,
     AgentOut,
     AgentsOut,
+    MembersOut,
     Run,
     RunAccepted,
     RunIn,
@@ -72,6 +74,13 @@ def agents_out(state: DispatchState) -> AgentsOut:
 @router.get("/agents")
 async def list_agents(state: DispatchDep) -> AgentsOut:
     return agents_out(state)
+
+
+@router.get("/members")
+async def list_members(state: DispatchDep) -> MembersOut:
+    """The agents that are mesh members: each one's agent_id, its running run, whether it wakes, the role it
+    serves (the dashboard's roster joins them by agent_id)."""
+    return await members_out(state)
 
 
 @router.post("/reload", responses={422: {"description": "the config file is broken", **PROBLEM}})

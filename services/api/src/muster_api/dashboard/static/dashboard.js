@@ -64,6 +64,7 @@
     key: sessionStorage.getItem(KEY_STORAGE),
     roster: { agents: [], fetchedAt: 0, serverNow: 0, more: false, etag: null },
     backlog: { unread: new Map(), etag: null },
+    members: { byId: new Map(), missing: false },
     filters: { repo: "", role: "", cap: "" },
     waitingForKey: false,
     runsMissing: false,
@@ -145,6 +146,7 @@
     tr.append(caps, status, el("td", "", "presence"), el("td", "", "status-age"), el("td", "", "heartbeat"));
     tr.append(el("td", "", "expires"));
     tr.append(el("td", "", "unread"));
+    tr.append(el("td", "", "runtime"));
     return tr;
   }
 
@@ -164,6 +166,45 @@
     const unreadCell = tr.querySelector(".unread");
     unreadCell.textContent = String(unread);
     unreadCell.classList.toggle("some", unread > 0);
+    showRuntime(tr.querySelector(".runtime"), state.members.byId.get(agent.agent_id));
+  }
+
+  // What the service's dispatch runtime does with the agent (GET /dispatch/members): running a run (linked),
+  // asleep until a message wakes it, serving a role's tasks; nothing for an agent the runtime does not keep.
+  function showRuntime(td, member) {
+    const running = member?.running ?? null;
+    const kind = !member ? "" : running ? "running" : member.wake ? "asleep" : member.serving ? "serving" : "";
+    const key = `${kind}:${running ?? member?.serving ?? ""}`;
+    if (td.dataset.key === key) return; // rebuilt only on a change: a tick must not replace a link being clicked
+    td.dataset.key = key;
+    td.dataset.runtime = kind;
+    if (kind === "running") {
+      const link = el("a", running.slice(0, 12));
+      link.href = `#/runs/${encodeURIComponent(running)}`;
+      link.title = inert(running);
+      td.replaceChildren(el("span", "running "), link);
+    } else if (kind === "asleep") {
+      td.replaceChildren(el("span", "asleep — wakes on a message"));
+    } else if (kind === "serving") {
+      td.replaceChildren(el("span", `serving ${member.serving}`));
+    } else {
+      td.replaceChildren();
+    }
+  }
+
+  async function pollMembers() {
+    if (state.members.missing) return;
+    let got;
+    try {
+      got = await get("/dispatch/members");
+    } catch (error) {
+      // A service without the dispatch capability: no runtime column to fill, and no request every two seconds.
+      if (!/answered 404$/.test(error.message)) throw error;
+      state.members.missing = true;
+      return;
+    }
+    state.members.byId = new Map(got.body.members.map((m) => [m.agent_id, m]));
+    tick();
   }
 
   function tick() {
@@ -447,12 +488,15 @@
   function loop(poll, every) {
     const run = async () => {
       if (!state.waitingForKey) {
+        const sentWith = state.key;
         try {
           await poll();
           if (poll === pollRoster) connection("live", `live · every ${POLL_MS / 1000}s`);
         } catch (error) {
-          if (error instanceof KeyRequired) askForKey(error.message);
-          else connection("offline", `unreachable: ${inert(error.message)}`);
+          // A refusal of a request sent before a key was given says nothing of the key given since.
+          if (error instanceof KeyRequired) {
+            if (state.key === sentWith) askForKey(error.message);
+          } else connection("offline", `unreachable: ${inert(error.message)}`);
         }
       }
       window.setTimeout(run, every);
@@ -493,6 +537,7 @@
     route();
     loop(pollRoster, POLL_MS);
     loop(pollBacklog, POLL_MS);
+    loop(pollMembers, POLL_MS);
     loop(pollRemote, REMOTE_POLL_MS);
     loop(pollRuns, POLL_MS);
     loop(pollOpenRun, POLL_MS);
