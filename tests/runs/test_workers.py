@@ -44,7 +44,9 @@ def until_event(client: httpx.Client, run_id: str, text: str) -> None:
 
 def test_forty_runs_each_executed_once_and_a_killed_worker_interrupts_only_its_run(db_url: str, tmp_path: Path) -> None:
     config = write_config(tmp_path / "muster.json", AGENTS)
-    lease = {"MUSTER_DISPATCH_LEASE_SECONDS": "2"}
+    # Long enough that a live worker waiting for SQLite's write lock on a loaded machine keeps its runs (a 2 s lease
+    # lapsed there, and a live run was interrupted); short enough that the killed worker's run is taken soon.
+    lease = {"MUSTER_DISPATCH_LEASE_SECONDS": "6"}
     env_api = process_env(db_url, config, tmp_path, "api", MUSTER_DISPATCH_WORKERS="0", **lease)
     env_one = process_env(db_url, config, tmp_path, "one", MUSTER_DISPATCH_WORKERS="2", **lease)
     env_two = process_env(db_url, config, tmp_path, "two", MUSTER_DISPATCH_WORKERS="2", **lease)
