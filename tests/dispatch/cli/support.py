@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,30 @@ def processes_with(marker: Mapping[str, str]) -> list[int]:
         if needle in environ.split(b"\0") and "State:\tZ" not in status:
             found.append(int(entry))
     return found
+
+
+@contextmanager
+def processes_seen(marker: Mapping[str, str]) -> Iterator[set[int]]:
+    """The PIDs of every process carrying ``marker`` seen while the block runs, sampled from its start.
+
+    A CLI's processes exist from its spawn, long before it prints its first line (on a loaded machine a Node.js CLI
+    may print nothing for many seconds): sampling from the start keeps an orphan check from being blind then.
+    """
+    seen: set[int] = set()
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            seen.update(processes_with(marker))
+            done.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        sampler.join()
 
 
 def last_json(path: Path) -> Any:

@@ -25,6 +25,7 @@ from tests.dispatch.cli.support import (
     assistant_texts,
     claude_agent,
     new_marker,
+    processes_seen,
     processes_with,
     run_turn,
     user_texts,
@@ -264,20 +265,15 @@ async def test_network_down_past_the_deadline_is_a_timeout_without_orphans(
     agent = claude_agent(
         installed_clis.claude, f"http://127.0.0.1:{free_port()}", extra={"CLAUDE_CODE_MAX_RETRIES": "10", **marker}
     )
-    seen_running: list[int] = []
-
-    async def look(event: AgentEvent, running: object) -> None:
-        if event.type == "conversation" and not seen_running:
-            seen_running.extend(processes_with(marker))
-
-    turn = await run_turn(
-        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=6, on_event=look
-    )
+    with processes_seen(marker) as seen_running:
+        turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=6)
 
     assert seen_running, "the marker variable did not reach the CLI: the orphan check would be blind"
     assert turn.result.status == "failed"
     assert turn.result.error is not None and turn.result.error.code == "timeout", turn.result.error
-    assert turn.of("retry")  # the retries it managed before the deadline are notices, not failures
+    # Retries it managed before the deadline (none when a loaded machine starts it slowly) are notices, never the
+    # turn's failure; their decoding is tested on recorded transcripts.
+    assert not turn.of("failure")
     assert turn.of("stopped")
     assert processes_with(marker) == []
 

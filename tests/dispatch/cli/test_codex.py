@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from muster_dispatch import (
-    AgentEvent,
     Continuation,
     DirectoryConversationStore,
     cli_agent,
@@ -27,6 +26,7 @@ from tests.dispatch.cli.support import (
     assistant_texts,
     codex_agent,
     new_marker,
+    processes_seen,
     processes_with,
     run_turn,
     user_texts,
@@ -213,21 +213,15 @@ async def test_network_down_is_stopped_at_the_deadline_without_orphans(
     """Codex waits for the network forever ("Reconnecting... waiting for network"): the deadline must stop it."""
     marker = new_marker()
     agent = codex_agent(installed_clis.codex, f"http://127.0.0.1:{free_port()}", extra=marker)
-    seen_running: list[int] = []
-
-    async def look(event: AgentEvent, running: object) -> None:
-        if event.type == "conversation" and not seen_running:
-            seen_running.extend(processes_with(marker))
-
-    turn = await run_turn(
-        agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=8, on_event=look
-    )
+    with processes_seen(marker) as seen_running:
+        turn = await run_turn(agent, "Say hello", workspace, local_provider(tmp_path / "sandboxes"), deadline=8)
 
     result = turn.result
     assert seen_running, "the marker variable did not reach the codex process: the orphan check would be blind"
     assert result.status == "failed"
     assert result.error is not None and result.error.code == "timeout", result.error
-    assert turn.of("retry"), "the 'Reconnecting... waiting for network' notices are retries"
+    # Its "Reconnecting... waiting for network" notices (none yet when a loaded machine starts it slowly) are
+    # retries, never the turn's failure; their decoding is tested on recorded transcripts.
     assert not turn.of("failure")
     leftovers = processes_with(marker)
     for pid in leftovers:  # do not leak them into the next tests even when the assertion fails
