@@ -1,5 +1,5 @@
 """What a run's SSE stream reads: subscribed before it reads the run, a stream opened while its run is queued reads
-the run once and no rows; rows written after come with the wake-ups of the writes."""
+once (the run and its rows, none yet); rows written after come with the wake-ups of the writes."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ class Counting:
         self.reads.append("rows")
         return await self.store.events_after(run_id, after, limit)
 
+    async def run_and_events(self, run_id: str, after: int, limit: int = 1000) -> Any:
+        self.reads.append("run, rows")
+        return await self.store.run_and_events(run_id, after, limit)
+
 
 async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no_rows(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
@@ -60,8 +64,8 @@ async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no
             await store.append_events(run_id, rows[:1])
             with anyio.fail_after(30):
                 assert (await anext(stream)).endswith(b"\nid: 1\n\n")
-            assert counting.reads == ["run"]
-            # The rest, however it is woken (on SQLite the claim wakes readers too), up to the end.
+            assert counting.reads == ["run, rows"]
+            # The rest, however it is woken, up to the end.
             claimed = await store.claim("w1", NOW, NOW + LEASE)
             assert claimed is not None
             end = ending(claimed[0], _completed(), 2)

@@ -42,10 +42,13 @@ def _result(run_json: str) -> bytes:
     return format_sse_event(event="result", data_str=run_json)
 
 
-async def _pages(state: DispatchState, run_id: str, after: int) -> AsyncIterator[list[Observation]]:
-    """The stored rows after ``after``, a page at a time."""
+async def _pages(
+    state: DispatchState, run_id: str, after: int, first: list[Observation] | None = None
+) -> AsyncIterator[list[Observation]]:
+    """The stored rows after ``after``, a page at a time (``first``: the first page, read already)."""
     while True:
-        batch = await state.store.events_after(run_id, after, PAGE)
+        batch = await state.store.events_after(run_id, after, PAGE) if first is None else first
+        first = None
         if batch:
             yield batch
             after = batch[-1].seq
@@ -64,20 +67,20 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
     async with state.notifier.subscribe(run_id) as sub:
         tail = state.notifier.tail(run_id)
         looks = tail.looks
-        known = await state.store.get(run_id)
+        known, rows = await state.store.run_and_events(run_id, after, PAGE)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
         yield RETRY
-        # None: read the rows; else what the last wake-up handed over. A queued run has no rows yet.
+        # None: send the rows read; else what the last wake-up handed over. A queued run has no rows yet.
         handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
             if handed is None:
-                # The run read before its rows (and wake-ups counted from before it was read): once it is over, the
-                # rows read after it are all of them.
+                # The run read before its rows, in one read (and wake-ups counted from before it): once it is over,
+                # the rows read after it are all of them.
                 if known is None:
                     looks = tail.looks
-                    known = await state.store.get(run_id)
-                async for batch in _pages(state, run_id, after):
+                    known, rows = await state.store.run_and_events(run_id, after, PAGE)
+                async for batch in _pages(state, run_id, after, rows):
                     yield b"".join(sse_event(observation) for observation in batch)
                     after = batch[-1].seq
                 if known is not None and known.finished:

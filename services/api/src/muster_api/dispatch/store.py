@@ -255,6 +255,12 @@ class SqlRunStore:
             rows = (await conn.execute(query)).all()
         return [Observation(row.seq, row.at, row.source, row.scope, row.event) for row in rows]
 
+    async def run_and_events(self, run_id: str, after: int, limit: int = 1000) -> tuple[Run | None, list[Observation]]:
+        """The run (None when there is none), then up to ``limit`` of its journal rows after ``after``, read in that
+        order: once the run is over, the rows read after it are all of them."""
+        run = await self.get(run_id)
+        return run, (await self.events_after(run_id, after, limit) if run is not None else [])
+
     async def event_count(self, run_id: str) -> int:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
         async with self.reads.connect() as conn:
