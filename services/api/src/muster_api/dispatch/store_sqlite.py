@@ -46,7 +46,6 @@ T = TypeVar("T")
 _RUN_BIND = {c.name: c.type.dialect_impl(NAMED).bind_processor(NAMED) for c in runs.columns}
 _RUN_RESULT = [c.type.dialect_impl(NAMED).result_processor(NAMED, None) for c in runs.columns]
 _RUN_NAMES = tuple(c.name for c in runs.columns)
-_JSON_BIND = events.c.event.type.dialect_impl(NAMED).bind_processor(NAMED)
 
 _QUEUED = select(runs.c.id).where(runs.c.status == "queued").order_by(runs.c.id).limit(1)
 _ANY_QUEUED = DriverStatement(_QUEUED)
@@ -106,9 +105,9 @@ def _run_row(row: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-def _json(value: Any) -> Any:
-    assert _JSON_BIND is not None
-    return _JSON_BIND(value)
+def _json_text(value: Any) -> str:
+    # As ``observation_json`` writes it (non-ASCII kept): a stream sends the stored text as it is (``_row_json``).
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
@@ -118,11 +117,21 @@ def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]
             "seq": o.seq,
             "at": o.at,
             "source": o.source,
-            "scope": _json(o.scope),
-            "event": _json(o.event),
+            "scope": _json_text(o.scope),
+            "event": _json_text(o.event),
         }
         for o in batch
     ]
+
+
+def _row_json(row: tuple[Any, ...]) -> tuple[int, str]:
+    """A stored row as ``observation_json`` writes it, its JSON columns as stored: neither decoded nor encoded again.
+    The same text for the rows written here; a row stored otherwise differs at most in how it escapes non-ASCII."""
+    seq, at, source, scope, event = row
+    return (
+        seq,
+        f'{{"seq": {seq}, "at": {_json_text(at)}, "source": {_json_text(source)}, "scope": {scope}, "event": {event}}}',
+    )
 
 
 def _observation(row: tuple[Any, ...]) -> Observation:
@@ -237,6 +246,12 @@ class SqliteRunStore(SqlRunStore):
     async def run_and_events(self, run_id: str, after: int, limit: int = 1000) -> tuple[Run | None, list[Observation]]:
         found, rows = await self._reader.call(_read(run_id, after, limit))
         return (run_of(_run_row(found)) if found is not None else None), [_observation(row) for row in rows]
+
+    async def run_and_json(
+        self, run_id: str, after: int, limit: int = 1000
+    ) -> tuple[Run | None, list[tuple[int, str]]]:
+        found, rows = await self._reader.call(_read(run_id, after, limit))
+        return (run_of(_run_row(found)) if found is not None else None), [_row_json(row) for row in rows]
 
     async def controls_after(self, run_id: str, after: int) -> list[tuple[int, str, str | None]]:
         rows = await self._reader.call(lambda conn: _CONTROLS_AFTER.run(conn, {"p_run": run_id, "p_after": after}))
