@@ -30,6 +30,7 @@ from muster_api.dispatch.run_keys import RunKeys
 from muster_api.dispatch.sleepers import Sleeper, foresee_wake, serve_sleepers
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
 from muster_api.dispatch.store_postgres import PostgresRunStore
+from muster_api.dispatch.store_sqlite import SqliteRunStore
 from muster_api.dispatch.worker import sweep_forever, work_forever
 from muster_api.errors import ConfigurationError
 from muster_api.runtime import Runtime
@@ -44,9 +45,10 @@ log = logging.getLogger("muster.dispatch")
 
 
 def run_store(engine: AsyncEngine, notifier: RunNotifier, dialect: Dialect | None = None) -> SqlRunStore:
-    """The run store for this database: PostgreSQL's writes are one statement each (store_postgres.py)."""
+    """The run store for this database: PostgreSQL's writes are one statement each (store_postgres.py), SQLite's one
+    call on the driver's thread (store_sqlite.py)."""
     dialect = dialect or dialect_of(engine)
-    kind: type[SqlRunStore] = dialect.pick(sqlite=SqlRunStore, postgresql=PostgresRunStore)
+    kind: type[SqlRunStore] = dialect.pick(sqlite=SqliteRunStore, postgresql=PostgresRunStore)
     return kind(engine, notifier, dialect)
 
 

@@ -10,7 +10,6 @@ is the end of the stream, whatever the agent emitted.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -18,6 +17,7 @@ import anyio
 from fastapi.sse import format_sse_event
 
 from muster_api.dispatch.errors import UnknownRunError
+from muster_api.dispatch.store import observation_json
 from muster_api.dispatch.worker import UNSHARED_POLL_SECONDS
 from muster_dispatch import Observation
 from muster_dispatch.journal import to_jsonl
@@ -34,8 +34,12 @@ RETRY = format_sse_event(retry=1000)
 KEEPALIVE = format_sse_event(comment="keepalive")
 
 
+def sse_frame(seq: int, data: str) -> bytes:
+    return format_sse_event(data_str=data, id=str(seq))
+
+
 def sse_event(observation: Observation) -> bytes:
-    return format_sse_event(data_str=json.dumps(observation.to_dict(), ensure_ascii=False), id=str(observation.seq))
+    return sse_frame(observation.seq, observation_json(observation))
 
 
 def _result(run_json: str) -> bytes:
@@ -53,6 +57,16 @@ async def _pages(state: DispatchState, run_id: str, after: int) -> AsyncIterator
             return
 
 
+async def _frames(state: DispatchState, run_id: str, first: list[tuple[int, str]]) -> AsyncIterator[tuple[bytes, int]]:
+    """The rows read (``first``, a page) and the pages after them, each page as one write and its last sequence
+    number."""
+    if first:
+        yield b"".join(sse_frame(seq, data) for seq, data in first), first[-1][0]
+    if len(first) == PAGE:
+        async for batch in _pages(state, run_id, first[-1][0]):
+            yield b"".join(sse_event(observation) for observation in batch), batch[-1].seq
+
+
 async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGenerator[bytes, None]:
     """Every event after ``after``, then the final ``result`` event carrying the run, then the end.
 
@@ -64,22 +78,22 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
     async with state.notifier.subscribe(run_id) as sub:
         tail = state.notifier.tail(run_id)
         looks = tail.looks
-        known = await state.store.get(run_id)
+        known, rows = await state.store.run_and_json(run_id, after, PAGE)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
         yield RETRY
-        # None: read the rows; else what the last wake-up handed over. A queued run has no rows yet.
+        # None: send the rows read; else what the last wake-up handed over. A queued run has no rows yet.
         handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
             if handed is None:
-                # The run read before its rows (and wake-ups counted from before it was read): once it is over, the
-                # rows read after it are all of them.
+                # The run read before its rows, in one read (and wake-ups counted from before it): once it is over,
+                # the rows read after it are all of them.
                 if known is None:
                     looks = tail.looks
-                    known = await state.store.get(run_id)
-                async for batch in _pages(state, run_id, after):
-                    yield b"".join(sse_event(observation) for observation in batch)
-                    after = batch[-1].seq
+                    known, rows = await state.store.run_and_json(run_id, after, PAGE)
+                async for frames, last in _frames(state, run_id, rows):
+                    yield frames
+                    after = last
                 if known is not None and known.finished:
                     yield _result(known.model_dump_json())
                     return

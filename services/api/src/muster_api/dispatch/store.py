@@ -4,6 +4,7 @@ transaction (see notify.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +24,11 @@ from muster_dispatch.conversations import check_key, checked_snapshot
 
 Clock = Callable[[], datetime]
 _REQUEST_FIELDS = ("continuation", "replay_of", "divergence", "live_input")
+
+
+def observation_json(observation: Observation) -> str:
+    """A journal row as a stream sends it: ``{seq, at, source, scope, event}``."""
+    return json.dumps(observation.to_dict(), ensure_ascii=False)
 
 
 def new_run_id() -> str:
@@ -254,6 +260,20 @@ class SqlRunStore:
         async with self.reads.connect() as conn:
             rows = (await conn.execute(query)).all()
         return [Observation(row.seq, row.at, row.source, row.scope, row.event) for row in rows]
+
+    async def run_and_events(self, run_id: str, after: int, limit: int = 1000) -> tuple[Run | None, list[Observation]]:
+        """The run (None when there is none), then up to ``limit`` of its journal rows after ``after``, read in that
+        order: once the run is over, the rows read after it are all of them."""
+        run = await self.get(run_id)
+        return run, (await self.events_after(run_id, after, limit) if run is not None else [])
+
+    async def run_and_json(
+        self, run_id: str, after: int, limit: int = 1000
+    ) -> tuple[Run | None, list[tuple[int, str]]]:
+        """As ``run_and_events``, each row as its sequence number and what a stream sends of it
+        (``observation_json``)."""
+        run, rows = await self.run_and_events(run_id, after, limit)
+        return run, [(o.seq, observation_json(o)) for o in rows]
 
     async def event_count(self, run_id: str) -> int:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from muster_api.db.sqlite_driver import in_transaction
 from muster_api.mesh.claims_store import OTHERS_EXCLUSIVE
 from muster_api.mesh.sqlite_driver import DriverStatement
 from muster_api.mesh.store import (
@@ -40,20 +41,6 @@ _OTHERS_EXCLUSIVE = DriverStatement(OTHERS_EXCLUSIVE)
 _AGENT_ID = _RENEW.names.index(agents.c.agent_id.name)
 
 
-def _in_transaction(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T | None]) -> T | None:
-    """``body`` inside BEGIN IMMEDIATE: committed when it returns a result, rolled back when it returns None (a
-    condition did not hold: nothing was meant to change) or raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = body(conn)
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT" if result is not None else "ROLLBACK")
-    return result
-
-
 def renew_and_deliver(
     renew: Mapping[str, Any], to: str, live_at: str, message: Mapping[str, Any]
 ) -> Callable[[sqlite3.Connection], tuple[str, int, bool] | None]:
@@ -74,7 +61,7 @@ def renew_and_deliver(
         # Both the stored text of UTCDateTime, which sorts as the times do.
         return sender, seq, until is not None and until > live_at
 
-    return lambda conn: _in_transaction(conn, body)
+    return lambda conn: in_transaction(conn, body)
 
 
 def renew_and_read(
@@ -100,7 +87,7 @@ def renew_and_read(
             _MARK_READ.run(conn, marked)
         return agent, rows
 
-    return lambda conn: _in_transaction(conn, body)
+    return lambda conn: in_transaction(conn, body)
 
 
 def renew_and_claims(
@@ -116,7 +103,7 @@ def renew_and_claims(
         params = {"p_now": renew["p_now"], "p_repo": repo, "p_me": renewed[0][_AGENT_ID]}
         return [dict(zip(_OTHERS_EXCLUSIVE.names, row, strict=True)) for row in _OTHERS_EXCLUSIVE.run(conn, params)]
 
-    return lambda conn: _in_transaction(conn, body)
+    return lambda conn: in_transaction(conn, body)
 
 
 def claim_task(
@@ -158,7 +145,7 @@ def claim_task(
         _INSERT_INBOX.run(conn, {"recipient": task["poster"], "seq": seq, "message_id": message_id})
         return me, task, seq
 
-    return lambda conn: _in_transaction(conn, body)
+    return lambda conn: in_transaction(conn, body)
 
 
 def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
@@ -168,7 +155,7 @@ def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[
         stmt.run(conn, params)
         return True
 
-    return lambda conn: _in_transaction(conn, body)
+    return lambda conn: in_transaction(conn, body)
 
 
 __all__ = ["claim_task", "one_statement", "renew_and_claims", "renew_and_deliver", "renew_and_read"]
