@@ -11,7 +11,8 @@
    call of the server process (utime + stime, all threads) and, on PostgreSQL, of its backends, for both; the load
    average.
 
-Usage: python bench/mesh/search.py  (PostgreSQL when MUSTER_TEST_POSTGRES_URL points at 127.0.0.1)
+Usage: python bench/mesh/search.py [--only sqlite|postgres]  (PostgreSQL when MUSTER_TEST_POSTGRES_URL points at
+127.0.0.1)
 """
 
 from __future__ import annotations
@@ -253,16 +254,23 @@ async def run_on(label: str, kind: str, tmp: Path) -> None:
             await search_figure(indexed, indexed_url)
 
 
+async def on_postgres(tmp: Path) -> None:
+    pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
+    if "@127.0.0.1" in pg_admin or "@localhost" in pg_admin:
+        await run_on("PostgreSQL", "postgres", tmp)
+    else:
+        print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
+
+
 async def main() -> None:
     started = time.perf_counter()
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     with tempfile.TemporaryDirectory() as tmp:
         async with AsyncExitStack():
-            await run_on("SQLite", "sqlite", Path(tmp))
-            pg_admin = os.environ.get("MUSTER_TEST_POSTGRES_URL", "")
-            if "@127.0.0.1" in pg_admin or "@localhost" in pg_admin:
-                await run_on("PostgreSQL", "postgres", Path(tmp))
-            else:
-                print("== PostgreSQL: skipped (set MUSTER_TEST_POSTGRES_URL to a 127.0.0.1 server)")
+            if only in (None, "sqlite"):
+                await run_on("SQLite", "sqlite", Path(tmp))
+            if only in (None, "postgres"):
+                await on_postgres(Path(tmp))
     print(f"== done in {time.perf_counter() - started:.1f} s")
 
 

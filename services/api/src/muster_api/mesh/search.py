@@ -10,7 +10,8 @@ no second write path. Both cut words alike (runs of letters and digits, case-fol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple
@@ -117,17 +118,31 @@ class _SqliteHit(NamedTuple):
     score: float
 
 
+# Runs a read on the mesh store's held connection (``SqliteMeshStore.read_on_held``).
+HeldReader = Callable[[Callable[[sqlite3.Connection], list[Any]]], Awaitable[list[Any]]]
+
+
 class SqliteMessageSearch(SqlMessageSearch):
     statement_for_viewer = _sqlite(_VISIBLE)
     statement_for_all = _sqlite("")
 
+    def __init__(self, engine: AsyncEngine, held: HeldReader | None = None) -> None:
+        super().__init__(engine)
+        self.held = held
+
     async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
-        # On the driver connection of a pooled one: one trip to aiosqlite's thread, where SQLAlchemy's cursor
-        # adapter takes four (open, execute, fetch, close), and no result processing but the one datetime.
-        async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            found = await driver.execute_fetchall(_named(stmt), params)
+        # One trip to aiosqlite's thread, where SQLAlchemy's cursor adapter takes four (open, execute, fetch,
+        # close), and no result processing but the one datetime. On the store's held connection when there is
+        # one: an agent's search follows its own lease renewal, a write, after which a pooled connection would read
+        # every page of the ~700 matches anew (see read_on_held).
+        sql = _named(stmt)
+        if self.held is not None:
+            found = await self.held(lambda conn: conn.execute(sql, params).fetchall())
+        else:
+            async with self.engine.connect() as conn:
+                driver = (await conn.get_raw_connection()).driver_connection
+                assert driver is not None
+                found = list(await driver.execute_fetchall(sql, params))
         return [_SqliteHit(i, s, t, stored_time(at), b, score) for i, s, t, at, b, score in found]
 
     @staticmethod
@@ -193,10 +208,13 @@ def _positional(stmt: TextualSelect, dialect: SaDialect) -> tuple[str, tuple[str
     return str(compiled), tuple(compiled.positiontup or ())
 
 
-def make_search(engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None) -> SqlMessageSearch:
-    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements."""
+def make_search(
+    engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None, held: HeldReader | None = None
+) -> SqlMessageSearch:
+    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements;
+    ``held``: the SQLite mesh store's reader on its held connection."""
     made: Callable[[], SqlMessageSearch] = dialect.pick(
-        sqlite=lambda: SqliteMessageSearch(engine), postgresql=lambda: PostgresMessageSearch(engine, driver)
+        sqlite=lambda: SqliteMessageSearch(engine, held), postgresql=lambda: PostgresMessageSearch(engine, driver)
     )
     return made()
 
