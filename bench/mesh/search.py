@@ -102,10 +102,12 @@ async def send_figure(with_index: str, without_index: str) -> None:
     indexed, bare = await send_calls(with_index), await send_calls(without_index)
     await anyio.to_thread.run_sync(rate, with_index, indexed, 1.0)  # warm both (connections, statement caches)
     await anyio.to_thread.run_sync(rate, without_index, bare, 1.0)
-    with_rates, without_rates = [], []
+    with_rates: list[float] = []
+    without_rates: list[float] = []
+    cpu: dict[str, float] = {}
     for _ in range(ROUNDS):
-        without_rates.append(await anyio.to_thread.run_sync(rate, without_index, bare, SEND_SECONDS))
-        with_rates.append(await anyio.to_thread.run_sync(rate, with_index, indexed, SEND_SECONDS))
+        without_rates.append(await measured_rate(without_index, bare, cpu))
+        with_rates.append(await measured_rate(with_index, indexed, cpu))
     got, floor = max(with_rates), max(without_rates)
     ratio_line(
         f"direct sends, index kept, {CLIENTS} clients",
@@ -116,6 +118,18 @@ async def send_figure(with_index: str, without_index: str) -> None:
         ">= 0.9",
         got / floor >= 0.9,
     )
+    kept, dropped = (cpu[base] / ROUNDS * 1e6 for base in (with_index, without_index))
+    print(f"  (server CPU per send: index kept {kept:.0f} us, dropped {dropped:.0f} us)")
+
+
+async def measured_rate(base: str, calls: list[Call], cpu: dict[str, float]) -> float:
+    """The send rate of ``calls`` at ``base``; adds the server's CPU per send (all its threads) to ``cpu[base]``."""
+    pid = server_pid(base)
+    meter = CpuMeter({"server": (lambda: [pid], process_cpu)})
+    meter.start()
+    got = await anyio.to_thread.run_sync(rate, base, calls, SEND_SECONDS)
+    cpu[base] = cpu.get(base, 0.0) + meter.stop()["server"] / (got * SEND_SECONDS)
+    return got
 
 
 async def populate(db_url: str, names: list[str]) -> None:
