@@ -59,6 +59,7 @@ DROP_SQLITE = [
     "DROP TRIGGER mesh_messages_fts_delete",
     "DROP TRIGGER mesh_messages_fts_insert",
     "DROP TABLE mesh_messages_fts",
+    "DROP TABLE mesh_messages_fts_pending",
 ]
 DROP_POSTGRES = ["DROP INDEX ix_mesh_messages_search_doc", "ALTER TABLE mesh_messages DROP COLUMN search_doc"]
 random.seed(2540)

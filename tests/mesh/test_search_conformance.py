@@ -41,7 +41,7 @@ def sql_search(db_url: str) -> Callable[[FakeClock], AbstractAsyncContextManager
             await upgrade(engine)
             store = make_store(engine, dialect_of(engine))
             try:
-                held = getattr(store, "read_on_held", None)  # as the service builds it
+                held = getattr(store, "on_held", None)  # as the service builds it
                 yield MeshSearch(Mesh(store, clock=clock), make_search(engine, dialect_of(engine), held=held))
             finally:
                 await store.aclose()
@@ -83,7 +83,7 @@ async def test_a_search_on_the_held_connection_waits_for_the_open_transaction(
     store = SqliteMeshStore(engine, dialect_of(engine))
     try:
         mesh = Mesh(store, clock=FakeClock())
-        search = MeshSearch(mesh, make_search(engine, dialect_of(engine), held=store.read_on_held))
+        search = MeshSearch(mesh, make_search(engine, dialect_of(engine), held=store.on_held))
         await mesh.checkin(CheckinRequest(agent_id="bob", confirm=True))
         pages = []
 

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.mesh import sqlite_trips
 from muster_api.mesh.claims_store import claim_record, live_statement
+from muster_api.mesh.search import index_pending
 from muster_api.mesh.sqlite_driver import NAMED, DriverStatement, bound, on_driver_thread, time_text
 from muster_api.mesh.store import (
     BUMP_ONE,
@@ -182,11 +183,14 @@ class SqliteMeshStore(SqlMeshStore):
             self._checkpoint_due.set()
 
     async def checkpoint_forever(self) -> None:
-        """Checkpoint the WAL after every CHECKPOINT_EVERY writes of this store (run it in a task)."""
+        """Checkpoint the WAL after every CHECKPOINT_EVERY writes of this store (run it in a task); the messages
+        queued for the search index are indexed first, so that a search finds no more than about that many to index
+        before it answers."""
         while True:
             await self._checkpoint_due.wait()
             self._checkpoint_due, self._writes = anyio.Event(), 0
             try:
+                await self.on_held(index_pending)
                 await self._checkpoint()
             except Exception:  # the next round retries, and the backstop bounds the WAL meanwhile
                 log.warning("mesh WAL checkpoint failed", exc_info=True)
@@ -252,8 +256,9 @@ class SqliteMeshStore(SqlMeshStore):
                     self._wrote()
         return result
 
-    async def read_on_held(self, call: Callable[[sqlite3.Connection], T]) -> T:
-        """``call``, which only reads, on the held connection in one trip, between the store's transactions.
+    async def on_held(self, call: Callable[[sqlite3.Connection], T]) -> T:
+        """``call`` on the held connection in one trip, between the store's transactions (it begins and ends its own,
+        if it writes).
 
         For a read that looks at many pages (a search): a connection throws its whole page cache away when another
         connection has committed since its last read, so a pooled connection reads every page anew after each
