@@ -122,7 +122,7 @@ class _SqliteHit(NamedTuple):
 
 
 # Runs a call on the mesh store's held connection, between its transactions (``SqliteMeshStore.on_held``).
-HeldReader = Callable[[Callable[[sqlite3.Connection], list[Any]]], Awaitable[list[Any]]]
+HeldCall = Callable[[Callable[[sqlite3.Connection], list[Any]]], Awaitable[list[Any]]]
 
 _ANY_PENDING = "SELECT EXISTS (SELECT 1 FROM mesh_messages_fts_pending)"
 _INDEX_PENDING = (
@@ -160,7 +160,7 @@ class SqliteMessageSearch(SqlMessageSearch):
     statement_for_viewer = _sqlite(_VISIBLE)
     statement_for_all = _sqlite("")
 
-    def __init__(self, engine: AsyncEngine, held: HeldReader | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, held: HeldCall | None = None) -> None:
         super().__init__(engine)
         self.held = held
 
@@ -168,7 +168,7 @@ class SqliteMessageSearch(SqlMessageSearch):
         # One trip to aiosqlite's thread, where SQLAlchemy's cursor adapter takes four (open, execute, fetch,
         # close), and no result processing but the one datetime. On the store's held connection when there is
         # one: an agent's search follows its own lease renewal, a write, after which a pooled connection would read
-        # every page of the ~700 matches anew (see read_on_held).
+        # every page of the ~700 matches anew (see SqliteMeshStore.on_held).
         search = _searched(_named(stmt), params)
         if self.held is not None:
             found = await self.held(search)
@@ -241,10 +241,10 @@ def _positional(stmt: TextualSelect, dialect: SaDialect) -> tuple[str, tuple[str
 
 
 def make_search(
-    engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None, held: HeldReader | None = None
+    engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None, held: HeldCall | None = None
 ) -> SqlMessageSearch:
     """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements;
-    ``held``: the SQLite mesh store's reader on its held connection."""
+    ``held``: runs a call on the SQLite mesh store's held connection."""
     made: Callable[[], SqlMessageSearch] = dialect.pick(
         sqlite=lambda: SqliteMessageSearch(engine, held), postgresql=lambda: PostgresMessageSearch(engine, driver)
     )

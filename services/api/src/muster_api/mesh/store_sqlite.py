@@ -191,6 +191,9 @@ class SqliteMeshStore(SqlMeshStore):
             self._checkpoint_due, self._writes = anyio.Event(), 0
             try:
                 await self.on_held(index_pending)
+            except Exception:  # the next round or search retries: the queue stays as it was
+                log.warning("mesh search indexing failed", exc_info=True)
+            try:
                 await self._checkpoint()
             except Exception:  # the next round retries, and the backstop bounds the WAL meanwhile
                 log.warning("mesh WAL checkpoint failed", exc_info=True)
