@@ -35,6 +35,8 @@ import httpx
 
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
+from muster_api.mesh.search import index_pending
+from muster_api.mesh.sqlite_driver import on_driver_thread
 from muster_api.mesh.tables import agents, inbox, messages
 from muster_api.settings import Settings
 
@@ -157,6 +159,9 @@ async def populate(db_url: str, names: list[str]) -> None:
             async with engine.begin() as conn:
                 await conn.execute(messages.insert(), rows)
                 await conn.execute(inbox.insert(), entries)
+            if engine.dialect.name == "sqlite":  # as the store's checkpointer does after its writes
+                async with engine.connect() as conn:
+                    await on_driver_thread((await conn.get_raw_connection()).driver_connection, index_pending)
         async with engine.begin() as conn:
             for name, seq in seqs.items():
                 await conn.execute(agents.update().where(agents.c.agent_id == name).values(last_seq=seq))
