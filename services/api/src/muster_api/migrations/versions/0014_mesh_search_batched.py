@@ -9,7 +9,8 @@ FTS5 writes a new segment at every commit that adds to it: one message per trans
 ``muster_api.mesh.search.index_pending`` moves the queue into the index: before every search (which so sees every
 committed message) and after every so many writes of the mesh store. A deleted message leaves the index, or the
 queue if it never reached the index (FTS5's 'delete' of a row it does not hold would corrupt it). PostgreSQL's
-generated column is unchanged.
+generated column is unchanged. A later step that rebuilds ``mesh_messages`` by copy on SQLite recreates these
+triggers, and queues every row again (or rebuilds the index) since the copy may renumber the rowids.
 """
 
 from collections.abc import Sequence
