@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from sqlalchemy import text
 
 from muster_api.db.dialect import dialect_of
 from muster_api.db.engine import create_engine
@@ -79,5 +80,10 @@ async def test_the_checkpointer_runs_after_every_so_many_writes(
                 await done.wait()
             tg.cancel_scope.cancel()
         assert store.checkpoints == 1
+        # The search index took the sends' queue before the checkpoint (the sends made after it stay queued).
+        async with store.engine.connect() as conn:
+            queued = (await conn.execute(text("SELECT count(*) FROM mesh_messages_fts_pending"))).scalar_one()
+            indexed = (await conn.execute(text("SELECT count(*) FROM mesh_messages_fts_docsize"))).scalar_one()
+        assert indexed > 0 and queued + indexed == CHECKPOINT_EVERY
         page = await mesh.read_inbox(token=bob, after=0, limit=CHECKPOINT_EVERY)
         assert [m.seq for m in page.messages] == list(range(1, CHECKPOINT_EVERY + 1))

@@ -4,6 +4,7 @@ swept with the rows by retention."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ from muster_api.settings import Settings
 from muster_mesh import FakeClock
 from tests.mesh.support import auth, join, mesh_app
 from tests.mesh.test_routes import problem
+from tests.support.databases import sqlite_copy
 
 pytestmark = pytest.mark.anyio
 
@@ -79,13 +81,19 @@ async def test_overseer_view_needs_a_key_or_a_loopback_service(db_url: str) -> N
         assert (await client.get("/mesh/search", params={"q": "x", "view": "all"}, headers=key)).status_code == 200
 
 
-async def test_retention_sweeps_the_index_itself(db_url: str) -> None:
+@pytest.mark.parametrize("searched_first", [False, True], ids=["queued", "indexed"])
+async def test_retention_sweeps_the_index_itself(db_url: str, searched_first: bool) -> None:
+    # On SQLite a message reaches the index when a search (or the store's checkpointer) takes the queue: a message
+    # swept before that leaves the queue, one swept after leaves the index; either way FTS5's check holds.
     clock = FakeClock()
     async with mesh_app(db_url, clock) as client:
         a = await join(client, "alice", ttl_seconds=86400)
         b = await join(client, "bob", ttl_seconds=86400)
         for i in range(3):
             await send(client, a, f"note {i} about the sweep", to="bob")
+        if searched_first:
+            found = await client.get("/mesh/search", params={"q": "sweep", "view": "all"})
+            assert len(found.json()["hits"]) == 3
         r = await client.post("/mesh/inbox/ack", json={"cursor": 3, "confirm": True}, headers=auth(b))
         assert r.status_code == 200, r.text
         for _ in range(9):
@@ -105,5 +113,37 @@ async def test_retention_sweeps_the_index_itself(db_url: str) -> None:
             else:
                 docs = (await conn.execute(text("SELECT count(search_doc) FROM mesh_messages"))).scalar_one()
         assert docs == 0
+    finally:
+        await engine.dispose()
+
+
+async def test_a_send_on_sqlite_queues_its_message_and_the_next_search_indexes_it(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    # FTS5 writes a segment per commit: a send only queues its message's rowid, and the index takes the queue in
+    # one transaction before a search answers, so the search still finds every message sent before it.
+    db_url = sqlite_copy(sqlite_template, tmp_path / "muster.db")
+    async with mesh_app(db_url, FakeClock()) as client:
+        a = await join(client, "alice")
+        await join(client, "bob")
+        first = await send(client, a, "a queued heron", to="bob")
+        assert await _counts(db_url) == (1, 0)
+        r = await client.get("/mesh/search", params={"q": "heron", "view": "all"})
+        assert [h["message_id"] for h in r.json()["hits"]] == [first]
+        assert await _counts(db_url) == (0, 1)
+        second = await send(client, a, "another heron", to="bob")
+        r = await client.get("/mesh/search", params={"q": "heron", "view": "all"})
+        assert {h["message_id"] for h in r.json()["hits"]} == {first, second}
+        assert await _counts(db_url) == (0, 2)
+
+
+async def _counts(db_url: str) -> tuple[int, int]:
+    """Messages queued for the SQLite index, and messages in it."""
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        async with engine.connect() as conn:
+            queued = (await conn.execute(text("SELECT count(*) FROM mesh_messages_fts_pending"))).scalar_one()
+            indexed = (await conn.execute(text("SELECT count(*) FROM mesh_messages_fts_docsize"))).scalar_one()
+        return int(queued), int(indexed)
     finally:
         await engine.dispose()

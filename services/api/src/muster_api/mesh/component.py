@@ -89,7 +89,8 @@ async def running(runtime: Runtime) -> AsyncIterator[MeshParts]:
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
             tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
             driver = getattr(store, "driver", None)  # asyncpg's pool of the PostgreSQL store
-            search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect, driver))
+            held = getattr(store, "on_held", None)  # the SQLite store's held connection
+            search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect, driver, held))
             threads = MeshThreads(mesh, SqlThreads(runtime.engine))
             tg.start_soon(_sweep_forever, mesh, settings.sweep_seconds)
             try:

@@ -1,16 +1,20 @@
 """The mesh's message search in SQL: SQLite FTS5 and PostgreSQL ``tsvector`` with a GIN index.
 
-Neither store writes the index itself. On SQLite, ``mesh_messages_fts`` is an external-content FTS5 table over
-``mesh_messages`` (keyed by its rowid), kept by triggers on the table's INSERT, UPDATE and DELETE; on PostgreSQL,
-``mesh_messages.search_doc`` is a generated column (indexed by GIN). So every statement that stores or deletes a
-message, the hot send paths and the sweeper's retention included, updates the index in the same statement: there is
-no second write path. Both cut words alike (runs of letters and digits, case-folded, diacritics kept), as
-``muster_mesh.search`` does; the schema is made by the migration ``0007_mesh_search``.
+Neither store writes the index in its own statements. On SQLite, ``mesh_messages_fts`` is an external-content FTS5
+table over ``mesh_messages`` (keyed by its rowid): a trigger on INSERT queues the new rowid in
+``mesh_messages_fts_pending`` in the sending statement, and ``index_pending`` moves the queue into the index in one
+transaction, before every search and after every so many writes of the mesh store (FTS5 writes a segment per commit,
+which cost a send more than its own rows did); triggers on UPDATE and DELETE take a message out of the index, or out
+of the queue if it never got in. On PostgreSQL, ``mesh_messages.search_doc`` is a generated column (indexed by GIN),
+written in the statement that writes the row. Both cut words alike (runs of letters and digits, case-folded,
+diacritics kept), as ``muster_mesh.search`` does; the schema is made by the migrations ``0007_mesh_search`` and
+``0014_mesh_search_batched``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from functools import lru_cache
 from typing import Any, ClassVar, NamedTuple
@@ -22,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool
 from muster_api.db.schema import UTCDateTime
-from muster_api.mesh.sqlite_driver import NAMED
+from muster_api.mesh.sqlite_driver import NAMED, on_driver_thread
 from muster_api.mesh.store import stored_time
 from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow, plain_snippet
 
@@ -117,17 +121,60 @@ class _SqliteHit(NamedTuple):
     score: float
 
 
+# Runs a call on the mesh store's held connection, between its transactions (``SqliteMeshStore.on_held``).
+HeldCall = Callable[[Callable[[sqlite3.Connection], list[Any]]], Awaitable[list[Any]]]
+
+_ANY_PENDING = "SELECT EXISTS (SELECT 1 FROM mesh_messages_fts_pending)"
+_INDEX_PENDING = (
+    "INSERT INTO mesh_messages_fts(rowid, body) SELECT m.rowid, m.body FROM mesh_messages_fts_pending p "
+    "JOIN mesh_messages m ON m.rowid = p.message_rowid"
+)
+
+
+def index_pending(conn: sqlite3.Connection) -> bool:
+    """Move the messages queued by their sends into the FTS5 index, in one transaction of its own (FTS5 writes a
+    segment per commit: in batches a message costs an eighth of what it did alone); False when none was queued.
+    ``conn``: a sqlite3 connection outside a transaction (the held connection between the store's transactions)."""
+    if not conn.execute(_ANY_PENDING).fetchone()[0]:
+        return False
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_INDEX_PENDING)
+        conn.execute("DELETE FROM mesh_messages_fts_pending")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return True
+
+
+def _searched(sql: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[Any]]:
+    def run(conn: sqlite3.Connection) -> list[Any]:
+        index_pending(conn)  # a search sees every message committed before it
+        return conn.execute(sql, params).fetchall()
+
+    return run
+
+
 class SqliteMessageSearch(SqlMessageSearch):
     statement_for_viewer = _sqlite(_VISIBLE)
     statement_for_all = _sqlite("")
 
+    def __init__(self, engine: AsyncEngine, held: HeldCall | None = None) -> None:
+        super().__init__(engine)
+        self.held = held
+
     async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
-        # On the driver connection of a pooled one: one trip to aiosqlite's thread, where SQLAlchemy's cursor
-        # adapter takes four (open, execute, fetch, close), and no result processing but the one datetime.
-        async with self.engine.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            assert driver is not None
-            found = await driver.execute_fetchall(_named(stmt), params)
+        # One trip to aiosqlite's thread, where SQLAlchemy's cursor adapter takes four (open, execute, fetch,
+        # close), and no result processing but the one datetime. On the store's held connection when there is
+        # one: an agent's search follows its own lease renewal, a write, after which a pooled connection would read
+        # every page of the ~700 matches anew (see SqliteMeshStore.on_held).
+        search = _searched(_named(stmt), params)
+        if self.held is not None:
+            found = await self.held(search)
+        else:
+            async with self.engine.connect() as conn:
+                found = await on_driver_thread((await conn.get_raw_connection()).driver_connection, search)
         return [_SqliteHit(i, s, t, stored_time(at), b, score) for i, s, t, at, b, score in found]
 
     @staticmethod
@@ -193,10 +240,13 @@ def _positional(stmt: TextualSelect, dialect: SaDialect) -> tuple[str, tuple[str
     return str(compiled), tuple(compiled.positiontup or ())
 
 
-def make_search(engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None) -> SqlMessageSearch:
-    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements."""
+def make_search(
+    engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None, held: HeldCall | None = None
+) -> SqlMessageSearch:
+    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements;
+    ``held``: runs a call on the SQLite mesh store's held connection."""
     made: Callable[[], SqlMessageSearch] = dialect.pick(
-        sqlite=lambda: SqliteMessageSearch(engine), postgresql=lambda: PostgresMessageSearch(engine, driver)
+        sqlite=lambda: SqliteMessageSearch(engine, held), postgresql=lambda: PostgresMessageSearch(engine, driver)
     )
     return made()
 
@@ -205,6 +255,7 @@ __all__ = [
     "PostgresMessageSearch",
     "SqlMessageSearch",
     "SqliteMessageSearch",
+    "index_pending",
     "make_search",
     "outside_metadata",
 ]
