@@ -4,6 +4,7 @@ server process is awake, rather than the one idle longest)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -26,6 +27,7 @@ from muster_api.mesh.component import make_store
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, SendRequest, SendResult, Superseded
+from muster_mesh.claims import CheckRequest, CheckResult, ClaimRequest, Claims
 from muster_mesh.clock import FakeClock
 from muster_mesh.tokens import token_hash
 from tests.support.databases import PostgresServer, sqlite_copy
@@ -320,3 +322,60 @@ async def test_a_checks_renewal_commits_without_waiting_for_its_flush_and_still_
     finally:
         await engine.dispose()
         postgres_server.drop(db_url)
+
+
+async def test_a_check_on_sqlite_runs_on_the_loop_when_the_database_is_free_and_waits_on_the_drivers_thread_else(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "muster.db"
+    async with mesh_on(sqlite_copy(sqlite_template, path)) as (mesh, _engine):
+        claims = Claims(mesh)
+        tokens = await join(mesh, "alice", "bob")
+        request = ClaimRequest(paths=["src/**"], repo="r", confirm=True)
+        await claims.claim(request, token=tokens["alice"])
+        ask = CheckRequest(repo="r", paths=["src/a.py", "docs/b.md"])
+        await claims.check(ask, token=tokens["bob"])  # the first of a session learns the TTL
+        trips = 0
+        queue = aiosqlite.Connection._execute
+
+        async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal trips
+            trips += 1
+            return await queue(self, fn, *args, **kwargs)
+
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+        free = await claims.check(ask, token=tokens["bob"])
+        assert trips == 0, "the renewal and the read on the loop's own thread"
+        assert [p.holder for p in free.paths] == ["alice", None]
+        # Another connection holds the write lock: the check does not wait on the loop, which goes on serving.
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        ticks = 0
+        async with anyio.create_task_group() as tg:
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await anyio.sleep(0)
+
+            tg.start_soon(tick)
+            answers: list[CheckResult] = []
+
+            async def check() -> None:
+                answers.append(await claims.check(ask, token=tokens["bob"]))
+
+            tg.start_soon(check)
+            while trips == 0:
+                await anyio.sleep(0)
+            seen = ticks
+            while ticks < seen + 10:  # the loop runs while the check waits for the lock
+                await anyio.sleep(0)
+            assert not answers
+            other.execute("COMMIT")
+            other.close()
+            while not answers:
+                await anyio.sleep(0)
+            tg.cancel_scope.cancel()
+        assert trips == 1 and [p.holder for p in answers[0].paths] == ["alice", None]
+        monkeypatch.undo()
