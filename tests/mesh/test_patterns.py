@@ -150,12 +150,13 @@ def test_the_combined_matcher_finds_the_first_pattern_as_matches_does() -> None:
     for start in range(len(patterns)):
         chosen = patterns[start:]
         matcher = first_match(chosen)
-        for path in paths:
-            expected = next((i for i, p in enumerate(chosen) if matches(p, path)), None)
-            assert matcher.first(path) == expected, (chosen, path)
+        expected = [next((i for i, p in enumerate(chosen) if matches(p, path)), None) for path in paths]
+        assert [matcher.first(path) for path in paths] == expected, chosen
+        assert matcher.each(paths) == expected, chosen
     assert first_match(()).first("a") is None
     # The end rule: README.md/x passes the bare name's regex but not the rule, so the catch-all answers.
     assert first_match(("README.md", "**")).first("README.md/x") == 1
+    assert first_match(("README.md", "**")).each(["README.md/x", "README.md"]) == [1, 0]
 
 
 def test_a_plainly_good_path_keeps_every_rule() -> None:

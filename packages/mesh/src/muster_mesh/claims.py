@@ -351,7 +351,7 @@ class Claims:
         """``check``'s answer as the claim holding each path exclusively (None: free), in the request's order."""
         held = await self._held_by_others(request.repo, token)
         matcher = first_match(tuple(c.pattern for c in held))
-        return [None if (index := matcher.first(path)) is None else held[index] for path in request.paths]
+        return [None if index is None else held[index] for index in matcher.each(request.paths)]
 
     async def _held_by_others(self, repo: str, token: str | None) -> list[ClaimRecord]:
         now = self.mesh.now()
