@@ -198,5 +198,11 @@ def test_a_checked_list_with_one_bad_path_names_it_by_its_place_and_rule() -> No
     with pytest.raises(ValidationError) as globbed:
         CheckRequest.model_validate({"repo": "r", "paths": ["src/*.py"]})
     assert [(e["loc"], e["type"]) for e in globbed.value.errors()] == [(("paths", 0), "not_concrete")]
+    with pytest.raises(ValidationError) as typed:
+        CheckRequest.model_validate({"repo": "r", "paths": ["src/a.py", 3, "x" * (MAX_PATTERN_CHARS + 1)]})
+    assert [(e["loc"], e["type"]) for e in typed.value.errors()] == [
+        (("paths", 1), "string_type"),
+        (("paths", 2), "string_too_long"),
+    ]
     plain = ["src/a.py", "b/", "é/ü.txt"]
     assert CheckRequest.model_validate({"repo": "r", "paths": plain}).paths == plain

@@ -79,7 +79,8 @@ def _plain_list(value: object, handler: ValidatorFunctionWrapHandler) -> object:
     if (
         type(value) is list
         and 0 < len(value) <= MAX_CLAIMS_PER_AGENT
-        and all(type(p) is str and len(p) <= MAX_PATTERN_CHARS for p in value)
+        and set(map(type, value)) == {str}
+        and max(map(len, value)) <= MAX_PATTERN_CHARS
         and all_plain(value)
     ):
         return value
