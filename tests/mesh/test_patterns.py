@@ -5,8 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from pydantic import ValidationError
 
-from muster_mesh.claims import PLAIN_PATH
+from muster_mesh.claims import PLAIN_PATH, CheckRequest, all_plain
 from muster_mesh.patterns import MAX_PATTERN_CHARS, first_match, matches, overlaps, path_problem, pattern_problem
 
 OVERLAPPING = [
@@ -149,12 +150,13 @@ def test_the_combined_matcher_finds_the_first_pattern_as_matches_does() -> None:
     for start in range(len(patterns)):
         chosen = patterns[start:]
         matcher = first_match(chosen)
-        for path in paths:
-            expected = next((i for i, p in enumerate(chosen) if matches(p, path)), None)
-            assert matcher.first(path) == expected, (chosen, path)
+        expected = [next((i for i, p in enumerate(chosen) if matches(p, path)), None) for path in paths]
+        assert [matcher.first(path) for path in paths] == expected, chosen
+        assert matcher.each(paths) == expected, chosen
     assert first_match(()).first("a") is None
     # The end rule: README.md/x passes the bare name's regex but not the rule, so the catch-all answers.
     assert first_match(("README.md", "**")).first("README.md/x") == 1
+    assert first_match(("README.md", "**")).each(["README.md/x", "README.md"]) == [1, 0]
 
 
 def test_a_plainly_good_path_keeps_every_rule() -> None:
@@ -172,3 +174,35 @@ def test_a_plainly_good_path_keeps_every_rule() -> None:
     assert accepted > 1000
     for plain in ["src/a.py", "a/b/", "...", "x/.hidden", "é/ü.txt", "a b/c"]:
         assert PLAIN_PATH.fullmatch(plain) is not None, plain
+
+
+def test_a_list_of_plain_paths_is_accepted_at_once_exactly_when_each_path_is() -> None:
+    """The whole-list match (``all_plain``: the paths joined by newlines) accepts a list only when ``PLAIN_PATH``
+    accepts each of its paths: every string of up to three characters of the awkward alphabet (a newline among
+    them), alone, before and after a plain one, and twice."""
+    alphabet = ["a", ".", "/", "!", " ", "*", "[", "\\", "\n", "\x7f", "é"]
+    for length in range(1, 4):
+        for chars in itertools.product(alphabet, repeat=length):
+            path = "".join(chars)
+            alone = PLAIN_PATH.fullmatch(path) is not None
+            for paths in ([path], [path, "src/a.py"], ["src/a.py", path], [path, path]):
+                assert all_plain(paths) == alone, paths
+
+
+def test_a_checked_list_with_one_bad_path_names_it_by_its_place_and_rule() -> None:
+    """A list the whole-list match refuses goes through the rules path by path, which locate and name the one broken."""
+    with pytest.raises(ValidationError) as refused:
+        CheckRequest.model_validate({"repo": "r", "paths": ["src/a.py", "src/../b.py", "c.md"]})
+    (error,) = refused.value.errors()
+    assert error["loc"] == ("paths", 1) and error["type"] == "parent_reference"
+    with pytest.raises(ValidationError) as globbed:
+        CheckRequest.model_validate({"repo": "r", "paths": ["src/*.py"]})
+    assert [(e["loc"], e["type"]) for e in globbed.value.errors()] == [(("paths", 0), "not_concrete")]
+    with pytest.raises(ValidationError) as typed:
+        CheckRequest.model_validate({"repo": "r", "paths": ["src/a.py", 3, "x" * (MAX_PATTERN_CHARS + 1)]})
+    assert [(e["loc"], e["type"]) for e in typed.value.errors()] == [
+        (("paths", 1), "string_type"),
+        (("paths", 2), "string_too_long"),
+    ]
+    plain = ["src/a.py", "b/", "é/ü.txt"]
+    assert CheckRequest.model_validate({"repo": "r", "paths": plain}).paths == plain

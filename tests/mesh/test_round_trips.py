@@ -4,6 +4,7 @@ server process is awake, rather than the one idle longest)."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
@@ -12,17 +13,23 @@ from typing import Any
 
 import aiosqlite
 import anyio
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import dialect_of
+from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.db.engine import create_engine
 from muster_api.db.notify import PgNotifier
+from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG
 from muster_api.mesh.component import make_store
+from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.settings import Settings
 from muster_mesh import CheckinRecord, CheckinRequest, Mesh, MessageRecord, SendRequest, SendResult, Superseded
+from muster_mesh.claims import CheckRequest, CheckResult, ClaimRequest, Claims
 from muster_mesh.clock import FakeClock
+from muster_mesh.tokens import token_hash
 from tests.support.databases import PostgresServer, sqlite_copy
 
 pytestmark = pytest.mark.anyio
@@ -259,3 +266,116 @@ async def test_agents_messaging_each_other_at_once_store_every_message_in_order(
                 assert m.sender == sender
                 by_sender.setdefault(sender, []).append(int(k))
             assert all(ks == list(range(per_pair)) for ks in by_sender.values()) and len(by_sender) == len(agents) - 1
+
+
+async def test_the_driver_pool_hands_a_connection_back_without_a_reset_statement(
+    postgres_server: PostgresServer,
+) -> None:
+    # asyncpg's pool would send RESET ALL (with UNLISTEN * and more) after each statement: a second round trip per
+    # call. A session setting made on the one connection is the witness that no such statement ran in between.
+    db_url = postgres_server.create()
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    pool = DriverPool(asyncpg_dsn(engine), size=1)
+    try:
+        await pool.fetch("SELECT set_config('muster.witness', 'kept', false)")
+        rows = await pool.fetch("SELECT current_setting('muster.witness', true) AS witness, pg_backend_pid() AS pid")
+        again = await pool.fetch("SELECT pg_backend_pid() AS pid")
+        assert rows[0]["witness"] == "kept" and rows[0]["pid"] == again[0]["pid"]
+    finally:
+        await pool.aclose()
+        await engine.dispose()
+        postgres_server.drop(db_url)
+
+
+async def test_a_checks_renewal_commits_without_waiting_for_its_flush_and_still_moves_the_lease(
+    postgres_server: PostgresServer,
+) -> None:
+    # The check's one statement turns synchronous_commit off for its own transaction only: seen inside an explicit
+    # transaction around it, and gone after it.
+    db_url = postgres_server.create(migrated=True)
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    try:
+        store = make_store(engine, dialect_of(engine))
+        try:
+            clock = FakeClock()
+            mesh = Mesh(store, clock=clock)
+            token = (await join(mesh, "alice"))["alice"]
+            assert isinstance(store, PostgresMeshStore)
+            (agent,) = await store.driver.fetch("SELECT expires_at, ttl_seconds FROM mesh_agents")
+            hashed, ttl, before = token_hash(token), agent["ttl_seconds"], agent["expires_at"]
+            clock.advance(30)
+            now = clock()
+            conn = await asyncpg.connect(asyncpg_dsn(engine))
+            try:
+                async with conn.transaction():
+                    rows = await conn.fetch(RENEW_AND_CLAIMS_PG, now, now + timedelta(seconds=ttl), hashed, ttl, "r")
+                    inside = await conn.fetchval("SHOW synchronous_commit")
+                after = await conn.fetchval("SHOW synchronous_commit")
+                expires = await conn.fetchval("SELECT expires_at FROM mesh_agents")
+            finally:
+                await conn.close()
+            assert len(rows) == 1 and rows[0]["claim_id"] is None, "renewed, no claims"
+            assert (inside, after) == ("off", "on")
+            assert expires == now + timedelta(seconds=ttl) and expires - before == timedelta(seconds=30)
+        finally:
+            await store.aclose()
+    finally:
+        await engine.dispose()
+        postgres_server.drop(db_url)
+
+
+async def test_a_check_on_sqlite_runs_on_the_loop_when_the_database_is_free_and_waits_on_the_drivers_thread_else(
+    sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "muster.db"
+    async with mesh_on(sqlite_copy(sqlite_template, path)) as (mesh, _engine):
+        claims = Claims(mesh)
+        tokens = await join(mesh, "alice", "bob")
+        request = ClaimRequest(paths=["src/**"], repo="r", confirm=True)
+        await claims.claim(request, token=tokens["alice"])
+        ask = CheckRequest(repo="r", paths=["src/a.py", "docs/b.md"])
+        await claims.check(ask, token=tokens["bob"])  # the first of a session learns the TTL
+        trips = 0
+        queue = aiosqlite.Connection._execute
+
+        async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            nonlocal trips
+            trips += 1
+            return await queue(self, fn, *args, **kwargs)
+
+        monkeypatch.setattr(aiosqlite.Connection, "_execute", counted)
+        free = await claims.check(ask, token=tokens["bob"])
+        assert trips == 0, "the renewal and the read on the loop's own thread"
+        assert [p.holder for p in free.paths] == ["alice", None]
+        # Another connection holds the write lock: the check does not wait on the loop, which goes on serving.
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        ticks = 0
+        async with anyio.create_task_group() as tg:
+
+            async def tick() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await anyio.sleep(0)
+
+            tg.start_soon(tick)
+            answers: list[CheckResult] = []
+
+            async def check() -> None:
+                answers.append(await claims.check(ask, token=tokens["bob"]))
+
+            tg.start_soon(check)
+            while trips == 0:
+                await anyio.sleep(0)
+            seen = ticks
+            while ticks < seen + 10:  # the loop runs while the check waits for the lock
+                await anyio.sleep(0)
+            assert not answers
+            other.execute("COMMIT")
+            other.close()
+            while not answers:
+                await anyio.sleep(0)
+            tg.cancel_scope.cancel()
+        assert trips == 1 and [p.holder for p in answers[0].paths] == ["alice", None]
+        monkeypatch.undo()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Protocol, cast
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import PydanticCustomError, to_json
 
 from muster_mesh.errors import InvalidRequest
@@ -46,8 +46,11 @@ _GLOB = re.compile(r"[*?\[]")
 # A path that plainly keeps every rule (no glob, control or backslash, nothing blank, negated or absolute, no '.',
 # '..' or empty segment): one C match where the rules one by one cost several Python steps, a hundred times per
 # check. What it does not accept is judged by the rules themselves, which name the one broken.
-_PLAIN_SEGMENT = r"(?!\.\.?(?:/|\Z))[^/\x00-\x1f\x7f\\*?\[]+"
-PLAIN_PATH = re.compile(rf"(?=[^!/\s])(?:{_PLAIN_SEGMENT}/)*{_PLAIN_SEGMENT}/*")
+_PLAIN_SEGMENT = r"(?!\.\.?(?:/|\n|\Z))[^/\x00-\x1f\x7f\\*?\[]+"
+_PLAIN = rf"(?=[^!/\s])(?:{_PLAIN_SEGMENT}/)*{_PLAIN_SEGMENT}/*"
+PLAIN_PATH = re.compile(_PLAIN)
+# The same for a whole list at once, its paths joined by newlines (``all_plain``).
+PLAIN_PATHS = re.compile(rf"{_PLAIN}(?:\n{_PLAIN})*")
 
 
 def _concrete(value: str) -> str:
@@ -60,6 +63,28 @@ def _concrete(value: str) -> str:
     if _GLOB.search(value) is not None:
         raise PydanticCustomError("not_concrete", "a checked path is a concrete path, without * ? or [")
     return value
+
+
+def all_plain(paths: list[str]) -> bool:
+    """Whether ``PLAIN_PATH`` accepts every one of these paths, in one C match of them joined by newlines (a path
+    holding a newline itself is not plain, and would make the joined text hold more paths than the list)."""
+    joined = "\n".join(paths)
+    return joined.count("\n") == len(paths) - 1 and PLAIN_PATHS.fullmatch(joined) is not None
+
+
+def _plain_list(value: object, handler: ValidatorFunctionWrapHandler) -> object:
+    """A list of checked paths that are all plain passes at once (``all_plain``), where the list's own validation
+    calls ``_concrete`` once per path; any other value (a path that is not plain, a wrong type or length) goes
+    through that validation, which names what is wrong and where."""
+    if (
+        type(value) is list
+        and 0 < len(value) <= MAX_CLAIMS_PER_AGENT
+        and set(map(type, value)) == {str}
+        and max(map(len, value)) <= MAX_PATTERN_CHARS
+        and all_plain(value)
+    ):
+        return value
+    return handler(value)
 
 
 Pattern = Annotated[str, StringConstraints(max_length=MAX_PATTERN_CHARS), AfterValidator(_claimable)]
@@ -122,7 +147,9 @@ class ReleaseResult(Strict):
 
 class CheckRequest(Strict):
     repo: Repo
-    paths: list[ConcretePath] = Field(min_length=1, max_length=MAX_CLAIMS_PER_AGENT)
+    paths: Annotated[list[ConcretePath], WrapValidator(_plain_list)] = Field(
+        min_length=1, max_length=MAX_CLAIMS_PER_AGENT
+    )
 
 
 class PathHolder(Strict):
@@ -325,7 +352,7 @@ class Claims:
         """``check``'s answer as the claim holding each path exclusively (None: free), in the request's order."""
         held = await self._held_by_others(request.repo, token)
         matcher = first_match(tuple(c.pattern for c in held))
-        return [None if (index := matcher.first(path)) is None else held[index] for path in request.paths]
+        return [None if index is None else held[index] for index in matcher.each(request.paths)]
 
     async def _held_by_others(self, repo: str, token: str | None) -> list[ClaimRecord]:
         now = self.mesh.now()

@@ -100,6 +100,24 @@ async def claims_end_with_the_lease_and_at_checkout(make: MeshFactory) -> None:
 
 
 @check
+async def a_check_renews_the_callers_lease(make: MeshFactory) -> None:
+    clock = FakeClock()
+    async with make(clock) as mesh:
+        claims = Claims(mesh)
+        a = await join(mesh, "a", repo="r", ttl_seconds=60)
+        b = await join(mesh, "b", repo="r", ttl_seconds=600)
+        await claimed(claims, a, "a/**")
+        # Two checks: the first of a session may take the slower path, the second the one a session's calls take.
+        for _ in range(2):
+            clock.advance(40)
+            assert await holders(claims, "r", "b/x", token=a) == [None]
+        # 80 s after the check-in: the lease of 60 s lives on from the last check, and ends 60 s after it.
+        assert await holders(claims, "r", "a/x", token=b) == ["a"]
+        clock.advance(61)
+        assert await holders(claims, "r", "a/x", token=b) == [None]
+
+
+@check
 async def a_takeover_keeps_the_claims(make: MeshFactory) -> None:
     async with make(FakeClock()) as mesh:
         claims = Claims(mesh)

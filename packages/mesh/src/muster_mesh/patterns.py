@@ -8,7 +8,7 @@ both — is decided here, on the same semantics, segment by segment (see ``overl
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from typing import Any
@@ -112,6 +112,7 @@ class FirstMatch:
                     parts.append(f"({p.regex.pattern})")
         combined = re.compile("|".join(parts)) if parts else None
         self._owners = owners
+        self._below = tuple(covers_below(p) for p in patterns)
         # Any group inside a pattern's own regex would shift the numbering: then match pattern by pattern.
         self._regex = combined if combined is not None and combined.groups == len(parts) else None
 
@@ -126,6 +127,24 @@ class FirstMatch:
         if hit.end() >= len(path.rstrip("/")) or covers_below(self.patterns[index]):
             return index
         return self._one_by_one(path, index + 1)
+
+    def each(self, paths: Sequence[str]) -> list[int | None]:
+        """``first`` of each path, in one loop (a check asks it of a hundred paths at once)."""
+        if self._regex is None:
+            return [self._one_by_one(path, 0) for path in paths]
+        match, owners, below = self._regex.match, self._owners, self._below
+        found: list[int | None] = []
+        for path in paths:
+            hit = match(path)
+            if hit is None or hit.lastindex is None:
+                found.append(None)
+                continue
+            index = owners[hit.lastindex - 1]
+            if below[index] or hit.end() >= len(path.rstrip("/")):
+                found.append(index)
+            else:
+                found.append(self._one_by_one(path, index + 1))
+        return found
 
     def _one_by_one(self, path: str, start: int) -> int | None:
         return next((i for i in range(start, len(self.patterns)) if matches(self.patterns[i], path)), None)

@@ -6,7 +6,9 @@ events, the reset on return) costs more CPU than the statement it runs. asyncpg'
 connections of our own less still (CPU per ``SELECT 1``: 340 µs, 94 µs, 41 µs), but measured under the mesh's
 sustained load the list's gain did not decide any goal (docs/design.md has the figures), so the maintained pool it is.
 
-Only autocommit statements run here, so a connection handed back has no state to reset. Errors are asyncpg's own: the
+Only autocommit statements run here, so a connection handed back has no session state to reset: asyncpg's pool would
+still send its reset query (``RESET ALL``, ``UNLISTEN *`` …) after every statement, a second round trip per call, so
+the reset here is asyncpg's own cleanup only (a transaction left open is rolled back). Errors are asyncpg's own: the
 service answers those that mean the database is out of reach with a 503.
 """
 
@@ -23,6 +25,12 @@ DRIVER_POOL_SIZE = 10
 # A connection idle for longer is closed instead of reused (asyncpg's default): a firewall or a NAT between the
 # service and the database may have dropped it silently, and a statement sent on it would wait for TCP to give up.
 MAX_IDLE_SECONDS = 300.0
+
+
+async def _kept(connection: Any) -> None:
+    """The pool's reset on release: nothing beyond asyncpg's own cleanup, which runs before it. A statement here
+    changes no session setting (a ``set_config`` here is local to its transaction), listens to nothing and holds no
+    advisory lock or cursor past its end."""
 
 
 def asyncpg_dsn(engine: AsyncEngine) -> str:
@@ -43,7 +51,11 @@ class DriverPool:
         async with self._creating:
             if self._pool is None:
                 self._pool = await asyncpg.create_pool(
-                    self._dsn, min_size=0, max_size=self._size, max_inactive_connection_lifetime=MAX_IDLE_SECONDS
+                    self._dsn,
+                    min_size=0,
+                    max_size=self._size,
+                    max_inactive_connection_lifetime=MAX_IDLE_SECONDS,
+                    reset=_kept,
                 )
         return self._pool
 

@@ -56,10 +56,15 @@ OTHERS_EXCLUSIVE = live_statement(True, False).where(claims.c.exclusive == true(
 # The same on PostgreSQL after the caller's renewal, in one statement on asyncpg's pool: $1 now, $2 the new expiry,
 # $3 the token hash, $4 the TTL the expiry was computed for, $5 the repo. One row per claim, or one with NULL claim
 # columns; none when the token or TTL does not qualify.
+# The renewal is all this statement writes, and it commits without waiting for its WAL flush (``synchronous_commit``
+# off for this transaction alone, set by the row's own condition, so no renewal is written without it): the flush was
+# most of a check's wall time. A crash may lose the last such extensions, which only shortens a lease; any later
+# commit that waits flushes them with it (the WAL is written in order).
 RENEW_AND_CLAIMS_PG = """
 WITH a AS (
     UPDATE mesh_agents SET last_seen_at = $1, expires_at = $2
     WHERE token_hash = $3 AND expires_at > $1 AND ttl_seconds = $4
+      AND set_config('synchronous_commit', 'off', true) = 'off'
     RETURNING agent_id
 )
 SELECT c.claim_id, c.repo, c.holder, c.pattern, c.exclusive, c.reason, c.since

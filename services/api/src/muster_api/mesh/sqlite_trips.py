@@ -39,6 +39,9 @@ _READ_INBOX = DriverStatement(READ_INBOX)
 _MARK_READ = DriverStatement(mark_statement(frozenset({READ})))
 _OTHERS_EXCLUSIVE = DriverStatement(OTHERS_EXCLUSIVE)
 _AGENT_ID = _RENEW.names.index(agents.c.agent_id.name)
+# ``ClaimRecord``'s fields, in order: a check builds its records from the rows' tuples as they come.
+CLAIM_COLUMNS = ("claim_id", "repo", "holder", "pattern", "exclusive", "reason", "since")
+assert _OTHERS_EXCLUSIVE.names == CLAIM_COLUMNS, _OTHERS_EXCLUSIVE.names
 
 
 def renew_and_deliver(
@@ -90,18 +93,17 @@ def renew_and_read(
     return lambda conn: in_transaction(conn, body)
 
 
-def renew_and_claims(
-    renew: Mapping[str, Any], repo: str
-) -> Callable[[sqlite3.Connection], list[dict[str, Any]] | None]:
+def renew_and_claims(renew: Mapping[str, Any], repo: str) -> Callable[[sqlite3.Connection], list[Any] | None]:
     """The caller's renewal and the live exclusive claims of ``repo`` held by others (``OTHERS_EXCLUSIVE``), in one
-    transaction. Answers the claims' rows; None, and nothing written, when the token or TTL does not qualify."""
+    transaction. Answers the claims' rows, their columns in ``CLAIM_COLUMNS``' order; None, and nothing written,
+    when the token or TTL does not qualify."""
 
-    def body(conn: sqlite3.Connection) -> list[dict[str, Any]] | None:
+    def body(conn: sqlite3.Connection) -> list[Any] | None:
         renewed = _RENEW.run(conn, renew)
         if not renewed:
             return None
         params = {"p_now": renew["p_now"], "p_repo": repo, "p_me": renewed[0][_AGENT_ID]}
-        return [dict(zip(_OTHERS_EXCLUSIVE.names, row, strict=True)) for row in _OTHERS_EXCLUSIVE.run(conn, params)]
+        return _OTHERS_EXCLUSIVE.run(conn, params)
 
     return lambda conn: in_transaction(conn, body)
 
@@ -148,6 +150,27 @@ def claim_task(
     return lambda conn: in_transaction(conn, body)
 
 
+class Busy(Exception):
+    """Another connection holds the database's write lock: the call did not run (``on_this_thread``)."""
+
+
+def on_this_thread(conn: sqlite3.Connection, call: Callable[[sqlite3.Connection], T], busy_ms: int, backstop: int) -> T:
+    """``call`` on the calling thread (the event loop's) where it may not wait: no busy handler (a write lock held
+    elsewhere raises ``Busy`` at once, and nothing ran) and no automatic checkpoint at its commit (a checkpoint syncs
+    both files). The connection's ``busy_ms`` and ``backstop`` are set back after it."""
+    conn.execute("PRAGMA busy_timeout=0")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    try:
+        return call(conn)
+    except sqlite3.OperationalError as error:
+        if getattr(error, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY:
+            raise Busy from error
+        raise
+    finally:
+        conn.execute(f"PRAGMA wal_autocheckpoint={backstop}")
+        conn.execute(f"PRAGMA busy_timeout={busy_ms}")
+
+
 def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[[sqlite3.Connection], bool | None]:
     """One statement (receipts, a follower's wait) in a transaction of its own."""
 
@@ -158,4 +181,12 @@ def one_statement(stmt: DriverStatement, params: Mapping[str, Any]) -> Callable[
     return lambda conn: in_transaction(conn, body)
 
 
-__all__ = ["claim_task", "one_statement", "renew_and_claims", "renew_and_deliver", "renew_and_read"]
+__all__ = [
+    "Busy",
+    "claim_task",
+    "on_this_thread",
+    "one_statement",
+    "renew_and_claims",
+    "renew_and_deliver",
+    "renew_and_read",
+]
