@@ -74,6 +74,13 @@ class SleeperStore:
             if changed.rowcount == 0:
                 await conn.execute(sleepers.insert().values(agent_id=agent_id, agent=agent, token=token, pending=False))
 
+    async def last_wake(self, agent_id: str) -> datetime | None:
+        async with self.engine.connect() as conn:
+            found: datetime | None = await conn.scalar(
+                select(sleepers.c.last_wake_at).where(sleepers.c.agent_id == agent_id)
+            )
+        return found
+
     async def gate(self, agent_id: str, now: datetime, interval: float) -> bool:
         """Record a wake now, unless one was recorded less than ``interval`` seconds ago (then False)."""
         since = now - timedelta(seconds=interval)
@@ -187,10 +194,12 @@ class Sleeper:
                 await self._follow()
 
     async def _later(self, now: datetime) -> None:
-        """Wake again once the interval has passed (messages that came too soon after a wake are not lost): the owed
-        wake is a row, taken when due by whichever instance looks first (each looks at every renewal, and this one
-        also at the due time), so the death of this process loses nothing."""
-        due = now + timedelta(seconds=self.interval)
+        """Wake again once the interval since the last wake has passed (messages that came too soon after a wake are
+        not lost, nor kept waiting longer than the interval asks): the owed wake is a row, taken when due by whichever
+        instance looks first (each looks at every renewal, and this one also at the due time), so the death of this
+        process loses nothing."""
+        last = await self.store.last_wake(self.agent_id)
+        due = max(last or now, now - timedelta(seconds=self.interval)) + timedelta(seconds=self.interval)
         await self.store.defer(self.agent_id, due)
         log.info("%s: woken less than %gs ago; the next wake is due at %s", self.agent_id, self.interval, due)
         if self._waiting or self._group is None:
@@ -198,7 +207,7 @@ class Sleeper:
         self._waiting = True
 
         async def at_due() -> None:
-            await anyio.sleep(self.interval)
+            await anyio.sleep(max((due - now).total_seconds(), 0.0))
             self._waiting = False
             try:
                 await self.owed_wakes()
