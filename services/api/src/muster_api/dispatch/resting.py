@@ -4,7 +4,9 @@ next candidate until the reset time that candidate gave, instead of starting a C
 
 Kept by each process from the runs its workers ran: another instance learns the same from its own first attempt.
 Only the fallback's own attempts count (a direct run of the candidate is the person's to see fail). When every
-candidate is in quota the run tries them all, so that it fails with the earliest reset (what a pool waits for).
+candidate is in quota the run tries them all, so that it fails with the earliest reset (what a pool waits for). A
+run that continues a conversation skips nothing: the conversation is the first candidate's, and a later one gets the
+brief alone, as in any fallback.
 """
 
 from __future__ import annotations

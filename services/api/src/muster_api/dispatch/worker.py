@@ -143,7 +143,8 @@ async def _prepare(
         replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
         return replay, AgentInput(run.prompt), workspace
     servers = [] if presence is None else await _mcp_servers(state, run, presence)
-    skip = state.resting.resting(run.agent, state.now())
+    # A continued conversation belongs to the fallback's first candidate: only a fresh turn may start further on.
+    skip = state.resting.resting(run.agent, state.now()) if run.continuation is None else {}
     agent = state.agents.build(run.agent, state.conversations, mcp_servers=servers, skip=skip)
     continuation = None
     if run.continuation is not None:
@@ -153,7 +154,7 @@ async def _prepare(
 
 def _note_skipped(state: WorkerState, run: Run, agent: DispatchAgent, journal: SqlJournal) -> None:
     """The run's journal says which candidates a fallback left out for their quota, and until when."""
-    if not isinstance(agent, FallbackAgent):
+    if not isinstance(agent, FallbackAgent) or run.continuation is not None:
         return
     kept = {candidate.name for candidate in agent.agents}
     for name, until in state.resting.resting(run.agent, state.now()).items():
