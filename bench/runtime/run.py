@@ -2,8 +2,10 @@
 
 Alternating, N times: a message to a sleeping ``wake = true`` Codex agent → the woken run's first model request at
 the fake model server; a message to a checked-in agent long-polling its inbox → the long-poll's answer. Also the
-real Codex CLI's bare start (spawn → its first model request, no service). Prints the p50 of each and the ratio of
-the wake to the long-poll (expected: the CLI's start dominates the wake).
+real Codex CLI's bare start (spawn → its first model request, no service) and ``muster mcp``'s start (spawn → its
+answer to ``initialize``: Codex starts its MCP servers beside itself and waits for them before its first model
+request). Prints the p50 of each, the ratio of the wake to the long-poll, and what of the wake is left once the
+settle of an arrival and the slower of the two starts are taken out.
 
     .venv/bin/python bench/runtime/run.py [rounds]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,6 +35,7 @@ from tests.support.live import live_server
 from tests.support.net import free_port
 
 from muster_api.app import create_app
+from muster_api.dispatch.sleepers import SETTLE_SECONDS
 from muster_api.settings import DispatchSettings, Settings
 from muster_client import MusterClient
 from muster_dispatch import codex_harness, ensure_cli
@@ -103,6 +107,32 @@ def bare_start(fake: FakeOpenAI, scratch: Path) -> float:
     return first - started
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+}
+
+
+def mcp_start() -> tuple[float, float]:
+    """``muster mcp`` alone: spawn → its answer to ``initialize`` (what Codex waits for before its first model
+    request), wall seconds, and the CPU seconds the process spent to its exit."""
+    muster = Path(sys.executable).with_name("muster")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    process = subprocess.Popen([str(muster), "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps(INITIALIZE).encode() + b"\n")
+    process.stdin.flush()
+    process.stdout.readline()
+    answered = time.perf_counter() - started
+    process.stdin.close()
+    process.wait(timeout=30)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return answered, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def main(rounds: int) -> None:
     fake = FakeOpenAI()
     fake.script.default = Reply(text="ok")
@@ -124,18 +154,27 @@ def main(rounds: int) -> None:
             assert reader_token is not None
             wait_for(lambda: _asleep(url))
             woken(url, fake, person, -1)  # warm-up: the first run, its home, the CLI's page cache
-            wakes, polls, bare = [], [], []
+            wakes, polls, bare, mcp_wall, mcp_cpu = [], [], [], [], []
             for number in range(rounds):
                 wakes.append(woken(url, fake, person, number))
                 polls.append(long_poll(url, person, reader_token, number))
                 bare.append(bare_start(fake, scratch))
+                wall, cpu = mcp_start()
+                mcp_wall.append(wall)
+                mcp_cpu.append(cpu)
             wait_for(lambda: runs_finished(url))
-    wake, poll, start = (statistics.median(xs) * 1000 for xs in (wakes, polls, bare))
+    wake, poll, start, mcp, mcp_spent = (statistics.median(xs) * 1000 for xs in (wakes, polls, bare, mcp_wall, mcp_cpu))
+    settle = SETTLE_SECONDS * 1000
     print(f"runtime: {rounds} rounds, alternating (SQLite, one instance, real Codex against the fake model)")
     print(f"  message -> woken run's first model request  p50: {wake:8.1f} ms")
     print(f"  message -> live reader's long-poll answer    p50: {poll:8.1f} ms")
     print(f"  Codex bare start -> first model request      p50: {start:8.1f} ms")
+    print(f"  muster mcp start -> initialize answered      p50: {mcp:8.1f} ms ({mcp_spent:.1f} ms CPU)")
+    print(f"  the settle of an arrival (a burst is one wake):    {settle:8.1f} ms")
     print(f"  wake / long-poll: {wake / poll:.1f}x; wake minus the CLI's bare start: {wake - start:.1f} ms")
+    # Codex starts its MCP servers beside itself and sends its first request once both are up: the slower start counts.
+    rest = wake - settle - max(start, mcp)
+    print(f"  wake minus the settle and the slower of the two starts (scheduling, claim, sandbox): {rest:.1f} ms")
 
 
 def _asleep(url: str) -> bool:

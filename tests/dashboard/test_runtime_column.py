@@ -27,6 +27,12 @@ kind = "custom"
 entrypoint = "tests.runs.agents:fast"
 serve_tasks = { role = "reviewer" }
 
+[dispatch_agents.triage]
+kind = "custom"
+entrypoint = "tests.runs.agents:fast"
+wake = true
+serve_tasks = { role = "triage" }
+
 [dispatch_agents.worker]
 kind = "custom"
 entrypoint = "tests.runs.agents:hold"
@@ -52,7 +58,12 @@ def test_the_roster_shows_asleep_running_and_serving_agents(
 
     expect(runtime("sleepy")).to_have_text("asleep — wakes on a message", timeout=WITHIN)
     expect(runtime("reviewer")).to_have_text("serving reviewer", timeout=WITHIN)
+    expect(runtime("triage")).to_have_text("serving triage · wakes on a message", timeout=WITHIN)
     expect(runtime("builder")).to_have_text(f"running {run_id[:12]}", timeout=WITHIN)
+    # The one worker is busy: the sleeper's run waits queued, and the column says so (a message waits for it too).
+    queued = app.http.post("/dispatch/runs", json={"agent": "sleepy", "prompt": "go", "workspace": "nest"})
+    assert queued.status_code == 202, queued.text
+    expect(runtime("sleepy")).to_have_text(f"queued {queued.json()['id'][:12]}", timeout=WITHIN)
     expect(runtime("builder").locator("a")).to_have_attribute("href", f"#/runs/{run_id}")
     expect(runtime("person")).to_have_text("")
     w.screenshot(artifact_name(request))
@@ -60,5 +71,7 @@ def test_the_roster_shows_asleep_running_and_serving_agents(
     expect(w.page.locator("#run-id")).to_have_text(run_id, timeout=WITHIN)
     (workspaces / "site" / "gate").touch()
     expect(w.page.locator("#run-status")).to_have_text("completed", timeout=WITHIN)
+    w.page.goto(app.base_url + "/")
+    expect(runtime("sleepy")).to_have_text("asleep — wakes on a message", timeout=WITHIN)
     assert w.errors == []
     same_origin(w.requests, app.base_url)

@@ -335,7 +335,8 @@ class DispatchMember(Answer):
 
     agent_id: str
     name: str
-    running: str | None = None
+    running: str | None = None  # its active run: queued or running (run_status)
+    run_status: str | None = None
     wake: bool = False
     serving: str | None = None
 

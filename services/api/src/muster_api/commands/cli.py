@@ -8,8 +8,10 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from muster_api import __version__
+from muster_api.commands.lean import skip_httpx_cli
 
 
 def _port(value: str) -> int:
@@ -69,20 +71,7 @@ def _version(_args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="muster", description="Muster agent runtime")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve the API (uvicorn)")
-    serve.add_argument("--host", help="bind address (default MUSTER_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=_port, help="port (default MUSTER_PORT or 8000)")
-    serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
-    serve.set_defaults(fn=_serve)
-    sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)
-    sub.add_parser("version", help="print the version").set_defaults(fn=_version)
-    from muster_api.mcp.command import add_parser as add_mcp
-
-    add_mcp(sub)
-
+def _register_all(sub: Any) -> None:
     from muster_api.commands.console import register as register_console
 
     register_console(sub)
@@ -97,6 +86,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from muster_api.commands import doctor
 
     doctor.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    skip_httpx_cli()
+    parser = argparse.ArgumentParser(prog="muster", description="Muster agent runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the API (uvicorn)")
+    serve.add_argument("--host", help="bind address (default MUSTER_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=_port, help="port (default MUSTER_PORT or 8000)")
+    serve.add_argument("--reload", action="store_true", help="restart on code changes (development)")
+    serve.set_defaults(fn=_serve)
+    sub.add_parser("migrate", help="apply migrations up to head").set_defaults(fn=_migrate)
+    sub.add_parser("version", help="print the version").set_defaults(fn=_version)
+    from muster_api.mcp.command import add_parser as add_mcp
+
+    add_mcp(sub)
+    # `muster mcp` is started by every dispatched CLI of a mesh member, which waits for its answer before its first
+    # model request: it loads none of the other commands (the console's and the doctor's imports were about half a
+    # second of its start).
+    if list(sys.argv[1:] if argv is None else argv)[:1] != ["mcp"]:
+        _register_all(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.fn(args))

@@ -26,6 +26,7 @@ from muster_api.dispatch.claims_watch import ClaimsLookup
 from muster_api.dispatch.config import DispatchAgents, parse_dispatch_agents
 from muster_api.dispatch.membership import service_url
 from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.resting import RestingCandidates
 from muster_api.dispatch.run_keys import RunKeys
 from muster_api.dispatch.sleepers import Sleeper, foresee_wake, serve_sleepers
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
@@ -83,6 +84,7 @@ class DispatchState:
         # Behind API keys, a run's MCP server gets a key of its own, scoped to its agent (run_keys.py).
         self.keyed = bool(service.api_keys)
         self.run_keys = RunKeys(runtime.engine)
+        self.resting = RestingCandidates()  # fallback candidates in quota, as this process's runs found (resting.py)
         self._providers: dict[tuple[str, Egress], SandboxProvider] = {}
         # The path claims a turn's changes are checked against: composed by the service from the mesh (None: none).
         self.claims: ClaimsLookup | None = None

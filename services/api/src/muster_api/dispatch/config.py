@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -244,9 +244,15 @@ class DispatchAgents:
         return self.definitions.get(name)
 
     def build(
-        self, name: str, storage: ConversationStore | None, *, mcp_servers: Sequence[McpServer] = ()
+        self,
+        name: str,
+        storage: ConversationStore | None,
+        *,
+        mcp_servers: Sequence[McpServer] = (),
+        skip: Collection[str] = (),
     ) -> DispatchAgent:
-        """A fresh package agent for one run (CLI agents get the conversation storage, and the MCP servers)."""
+        """A fresh package agent for one run (CLI agents get the conversation storage, and the MCP servers); a
+        fallback without its candidates in ``skip`` (those in quota), unless that would leave none."""
         definition = self.definitions.get(name)
         if definition is None:
             raise DispatchError("configuration", f"no dispatch agent {name!r}", {"field": "agent"})
@@ -255,7 +261,7 @@ class DispatchAgents:
         entry = definition.entry
         if isinstance(entry, FallbackEntry):
             members: list[Agent] = []
-            for member in entry.agents:
+            for member in [m for m in entry.agents if m not in skip] or entry.agents:
                 built = self.build(member, storage, mcp_servers=mcp_servers)
                 if built.kind == "fallback":  # refused when parsed; kept as a check for the type
                     raise DispatchError("configuration", f"nested fallback member {member!r}", {"field": "agent"})

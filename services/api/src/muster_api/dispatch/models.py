@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,6 +19,20 @@ CONVERSATION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 MAX_PROMPT = 200_000
 MAX_DEADLINE_S = 24 * 3600.0
 MAX_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveRun:
+    """An agent's queued or running run, as the wake decision and the roster read it (``SqlRunStore.active_runs``)."""
+
+    id: str
+    status: Literal["queued", "running"]
+    live_input: bool
+
+    @property
+    def steerable(self) -> bool:
+        """Running and taking live input: a wake is sent to it as steering."""
+        return self.live_input and self.status == "running"
 
 
 class ContinuationIn(BaseModel):
@@ -148,7 +163,10 @@ class MemberOut(BaseModel):
 
     agent_id: str
     name: str = Field(description="the dispatch agent's definition")
-    running: str | None = Field(description="the id of its running run; null when none runs")
+    running: str | None = Field(
+        description="the id of its active run (queued or running; see run_status); null when none is active"
+    )
+    run_status: Literal["queued", "running"] | None = Field(default=None, description="the active run's status")
     wake: bool = Field(description="kept on the mesh between runs and woken by a message")
     serving: str | None = Field(description="the role whose tasks it serves; null when it serves none")
 

@@ -3,7 +3,9 @@
 whose prompt is the task's title and body, and finishes the task with the run's outcome under the claim's fencing
 token: ``done`` with the run's final text, ``fail`` with its error code. Every instance serves (at most
 ``max_parallel`` runs at once each); the claim gives a task to one of them. A run that hit a quota stops this
-instance's claims until the reset time it reported.
+instance's claims until the reset time it reported. A pool of a fallback agent serves through its candidates: a
+candidate in quota hands the task to the next one, and the next tasks start there until its reset (resting.py); only
+when every candidate is in quota does the run fail with ``quota`` and the pool stop claiming.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.dispatch.config import AgentDefinition
-from muster_api.dispatch.models import RunIn
+from muster_api.dispatch.models import ActiveRun, RunIn
 from muster_api.dispatch.pools import Pool, PoolState
 from muster_api.dispatch.runs import create_run
 from muster_api.dispatch.tables import runs, sleepers
@@ -73,6 +73,13 @@ class SleeperStore:
             )
             if changed.rowcount == 0:
                 await conn.execute(sleepers.insert().values(agent_id=agent_id, agent=agent, token=token, pending=False))
+
+    async def last_wake(self, agent_id: str) -> datetime | None:
+        async with self.engine.connect() as conn:
+            found: datetime | None = await conn.scalar(
+                select(sleepers.c.last_wake_at).where(sleepers.c.agent_id == agent_id)
+            )
+        return found
 
     async def gate(self, agent_id: str, now: datetime, interval: float) -> bool:
         """Record a wake now, unless one was recorded less than ``interval`` seconds ago (then False)."""
@@ -136,16 +143,9 @@ async def _last_run(state: SleeperState, agent: str) -> tuple[str, str | None] |
     return (str(row[0]), row[1]) if row is not None else None
 
 
-async def _active_run(state: SleeperState, agent: str) -> tuple[str, bool, str] | None:
-    """(id, live input, status) of the agent's queued or running run, if any."""
-    query = select(runs.c.id, runs.c.request, runs.c.status).where(
-        and_(runs.c.agent == agent, runs.c.active_workspace.is_not(None))
-    )
-    async with state.store.reads.connect() as conn:
-        row = (await conn.execute(query.limit(1))).first()
-    if row is None:
-        return None
-    return str(row[0]), bool((row[1] or {}).get("live_input")), str(row[2])
+async def _active_run(state: SleeperState, agent: str) -> ActiveRun | None:
+    """The agent's queued or running run, if any (the roster's runtime column reads the same)."""
+    return (await state.store.active_runs([agent])).get(agent)
 
 
 class Sleeper:
@@ -194,10 +194,12 @@ class Sleeper:
                 await self._follow()
 
     async def _later(self, now: datetime) -> None:
-        """Wake again once the interval has passed (messages that came too soon after a wake are not lost): the owed
-        wake is a row, taken when due by whichever instance looks first (each looks at every renewal, and this one
-        also at the due time), so the death of this process loses nothing."""
-        due = now + timedelta(seconds=self.interval)
+        """Wake again once the interval since the last wake has passed (messages that came too soon after a wake are
+        not lost, nor kept waiting longer than the interval asks): the owed wake is a row, taken when due by whichever
+        instance looks first (each looks at every renewal, and this one also at the due time), so the death of this
+        process loses nothing."""
+        last = await self.store.last_wake(self.agent_id)
+        due = max(last or now, now - timedelta(seconds=self.interval)) + timedelta(seconds=self.interval)
         await self.store.defer(self.agent_id, due)
         log.info("%s: woken less than %gs ago; the next wake is due at %s", self.agent_id, self.interval, due)
         if self._waiting or self._group is None:
@@ -205,7 +207,7 @@ class Sleeper:
         self._waiting = True
 
         async def at_due() -> None:
-            await anyio.sleep(self.interval)
+            await anyio.sleep(max((due - now).total_seconds(), 0.0))
             self._waiting = False
             try:
                 await self.owed_wakes()
@@ -297,14 +299,13 @@ class Sleeper:
         active = await _active_run(self.state, self.definition.name)
         now = self.state.now()
         if active is not None:
-            run_id, live, status = active
-            if not (live and status == "running"):
+            if not active.steerable:
                 await self.store.owe(self.agent_id)
                 return "scheduled"
             if not await self.store.gate(self.agent_id, now, self.interval):
                 await self._later(now)
                 return "none"
-            await self.state.store.add_control(run_id, "steer", wake_prompt(unread), now)
+            await self.state.store.add_control(active.id, "steer", wake_prompt(unread), now)
             await self._woken(token)
             return "steered"
         if not await self.store.gate(self.agent_id, now, self.interval):
@@ -342,7 +343,7 @@ class Sleeper:
         if await self.store.token(self.agent_id) is None:
             return "none"
         active = await _active_run(self.state, self.definition.name)
-        if active is not None and active[1] and active[2] == "running":
+        if active is not None and active.steerable:
             return "steered"
         return "scheduled"
 

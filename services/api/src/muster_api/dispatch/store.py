@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.engine import UNLOCKED_READS
-from muster_api.dispatch.models import ACTIVE, Run
+from muster_api.dispatch.models import ACTIVE, ActiveRun, Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key
 from muster_api.dispatch.tables import controls, conversation_files, conversations, events, runs
 from muster_dispatch import Observation
@@ -279,6 +279,27 @@ class SqlRunStore:
         query = select(func.coalesce(func.max(events.c.seq), 0)).where(events.c.run_id == run_id)
         async with self.reads.connect() as conn:
             return int((await conn.execute(query)).scalar() or 0)
+
+    # -- the agents' active runs (the roster's runtime column and the wake decision read the same) ------------------
+
+    async def active_runs(self, agents: Sequence[str]) -> dict[str, ActiveRun]:
+        """The active run (queued or running: it holds its workspace) of each of ``agents`` that has one; of several
+        (an agent may run in several workspaces at once), a running one before a queued one, then the newest."""
+        if not agents:
+            return {}
+        query = (
+            select(runs.c.agent, runs.c.id, runs.c.status, runs.c.request)
+            .where(runs.c.agent.in_(agents), runs.c.active_workspace.is_not(None))
+            .order_by(runs.c.id.desc())
+        )
+        found: dict[str, ActiveRun] = {}
+        async with self.reads.connect() as conn:
+            for agent, run_id, status, request in await conn.execute(query):
+                kept = found.get(agent)
+                if kept is None or (kept.status == "queued" and status == "running"):
+                    live = bool((request or {}).get("live_input"))
+                    found[str(agent)] = ActiveRun(str(run_id), "running" if status == "running" else "queued", live)
+        return found
 
 
 def _event_rows(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:

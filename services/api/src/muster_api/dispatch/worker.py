@@ -25,6 +25,7 @@ from muster_api.dispatch.journal import SqlJournal
 from muster_api.dispatch.membership import Member, RunPresence, muster_executable
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key, shielded
+from muster_api.dispatch.resting import RestingCandidates
 from muster_api.dispatch.run_keys import RunKeys
 from muster_api.dispatch.sleepers import Sleeper
 from muster_api.dispatch.store import SqlConversationStore, SqlRunStore
@@ -41,7 +42,7 @@ from muster_dispatch import (
     dispatch,
     replay_agent,
 )
-from muster_dispatch.agents import DispatchAgent
+from muster_dispatch.agents import DispatchAgent, FallbackAgent
 from muster_dispatch.sandbox import SandboxProvider
 from muster_mesh import Mesh, MeshError
 
@@ -82,6 +83,8 @@ class WorkerState(Protocol):
     def keyed(self) -> bool: ...
     @property
     def run_keys(self) -> RunKeys: ...
+    @property
+    def resting(self) -> RestingCandidates: ...
 
 
 def _json(value: Any) -> Any:
@@ -140,11 +143,24 @@ async def _prepare(
         replay = replay_agent(source, divergence="warn" if run.divergence == "warn" else "fail", name=run.agent)
         return replay, AgentInput(run.prompt), workspace
     servers = [] if presence is None else await _mcp_servers(state, run, presence)
-    agent = state.agents.build(run.agent, state.conversations, mcp_servers=servers)
+    # A continued conversation belongs to the fallback's first candidate: only a fresh turn may start further on.
+    skip = state.resting.resting(run.agent, state.now()) if run.continuation is None else {}
+    agent = state.agents.build(run.agent, state.conversations, mcp_servers=servers, skip=skip)
     continuation = None
     if run.continuation is not None:
         continuation = Continuation(str(run.continuation["conversation"]), bool(run.continuation.get("fork")))
     return agent, AgentInput(run.prompt, continuation, run.live_input), workspace
+
+
+def _note_skipped(state: WorkerState, run: Run, agent: DispatchAgent, journal: SqlJournal) -> None:
+    """The run's journal says which candidates a fallback left out for their quota, and until when."""
+    if not isinstance(agent, FallbackAgent) or run.continuation is not None:
+        return
+    kept = {candidate.name for candidate in agent.agents}
+    for name, until in state.resting.resting(run.agent, state.now()).items():
+        if name not in kept:
+            text = f"{name} skipped: in quota until {until.isoformat()}"
+            journal.record("harness", {"agent": run.agent}, AgentEvent("warning", text=text, code="quota").to_dict())
 
 
 async def _mcp_servers(state: WorkerState, run: Run, presence: RunPresence) -> list[McpServer]:
@@ -227,6 +243,7 @@ async def _execute(
     try:
         with shielded():
             agent, input, workspace = await _prepare(state, run, presence)
+        _note_skipped(state, run, agent, journal)
         provider = state.provider(run.agent if run.replay_of is None else None)
         running = dispatch(
             agent, input, workspace=workspace, provider=provider, deadline=run.deadline_s, journal=journal
@@ -245,7 +262,10 @@ async def _execute(
             if presence is not None:
                 group.start_soon(presence.keep)
             try:
-                values = outcome(await running.result(), now())
+                result = await running.result()
+                if isinstance(agent, FallbackAgent):
+                    state.resting.note(run.agent, result, now())
+                values = outcome(result, now())
             except DispatchError as exc:  # a replay that diverged or ran out
                 values = failed(exc, now())
             if state.claims is not None and run.replay_of is None:

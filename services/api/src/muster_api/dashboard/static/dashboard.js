@@ -169,12 +169,14 @@
     showRuntime(tr.querySelector(".runtime"), state.members.byId.get(agent.agent_id));
   }
 
-  // What the service's dispatch runtime does with the agent (GET /dispatch/members): running a run (linked),
-  // asleep until a message wakes it, serving a role's tasks; nothing for an agent the runtime does not keep.
+  // What the service's dispatch runtime does with the agent (GET /dispatch/members): its active run (linked; queued
+  // or running, the same run a message's wake waits for), asleep until a message wakes it, serving a role's tasks
+  // (and woken by a message too when it is both); nothing for an agent the runtime does not keep.
   function showRuntime(td, member) {
     const running = member?.running ?? null;
     const kind = !member ? "" : running ? "running" : member.wake ? "asleep" : member.serving ? "serving" : "";
-    const key = `${kind}:${running ?? member?.serving ?? ""}`;
+    const runStatus = member?.run_status === "queued" ? "queued" : "running";
+    const key = `${kind}:${running ?? ""}:${runStatus}:${member?.serving ?? ""}`;
     if (td.dataset.key === key) return; // rebuilt only on a change: a tick must not replace a link being clicked
     td.dataset.key = key;
     td.dataset.runtime = kind;
@@ -182,7 +184,9 @@
       const link = el("a", running.slice(0, 12));
       link.href = `#/runs/${encodeURIComponent(running)}`;
       link.title = inert(running);
-      td.replaceChildren(el("span", "running "), link);
+      td.replaceChildren(el("span", `${runStatus} `), link);
+    } else if (kind === "asleep" && member.serving) {
+      td.replaceChildren(el("span", `serving ${member.serving} · wakes on a message`));
     } else if (kind === "asleep") {
       td.replaceChildren(el("span", "asleep — wakes on a message"));
     } else if (kind === "serving") {
