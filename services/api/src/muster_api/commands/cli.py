@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from muster_api import __version__
-from muster_api.commands.lean import skip_httpx_cli
 
 
 def _port(value: str) -> int:
@@ -89,7 +88,6 @@ def _register_all(sub: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    skip_httpx_cli()
     parser = argparse.ArgumentParser(prog="muster", description="Muster agent runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve the API (uvicorn)")
