@@ -3,6 +3,8 @@ every input exactly as FastAPI's handler and router would, and the hot mesh rout
 
 from __future__ import annotations
 
+import pathlib
+import re
 from typing import Annotated, Any
 
 import pytest
@@ -16,6 +18,7 @@ from muster_api.settings import Settings
 from muster_api.web import problems
 from muster_api.web.jsonbody import StrictJsonRoute
 from muster_api.web.leanroute import Direct, HotPaths, LeanRoute, _lean
+from tests.runs.support import AGENTS, dispatch_env, start, write_config
 from tests.support.app import running
 
 pytestmark = pytest.mark.anyio
@@ -161,3 +164,95 @@ async def test_the_router_still_answers_what_the_hot_paths_do_not(tmp_path: obje
         assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
         slash = await client.get("/mesh/inbox/")
         assert slash.status_code == 307 and slash.headers["location"].endswith("/mesh/inbox")
+
+
+RUN = "/dispatch/runs"
+UNKNOWN = "0123456789abcdef0123456789abcdef"
+RUN_CASES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", RUN, {"json": {"agent": "fast", "prompt": "hi", "workspace": "{ws}"}}),
+    ("POST", RUN, {"json": {"agent": "fast", "prompt": "again", "workspace": "{ws}"}}),
+    ("POST", RUN, {"json": {"agent": "nobody", "prompt": "hi", "workspace": "other"}}),
+    ("POST", RUN, {"json": {"agent": "fast", "workspace": "other", "extra": 1}}),
+    ("POST", RUN, {"content": b"{not json", "headers": JSON}),
+    ("POST", RUN, {"content": b"", "headers": JSON}),
+    ("POST", RUN, {"content": b'{"agent": "fast", "prompt": "x"}', "headers": {"content-type": "text/plain"}}),
+    ("GET", RUN + "/{done}", {}),
+    ("GET", RUN + "/BAD", {}),
+    ("GET", RUN + f"/{UNKNOWN}", {}),
+    ("GET", RUN + "/{done}/events", {}),
+    ("GET", RUN + "/{done}/events", {"headers": {"Last-Event-ID": "5"}}),
+    ("GET", RUN + "/{done}/events", {"headers": {"last-event-id": "x"}}),
+    ("GET", RUN + "/{done}/events", {"headers": {"Last-Event-ID": ""}}),
+    ("GET", RUN + "/{done}/events?format=jsonl", {}),
+    ("GET", RUN + "/{done}/events?format=xml", {"headers": {"Last-Event-ID": "-1"}}),
+    ("GET", RUN + "/BAD/events?format=xml", {"headers": {"Last-Event-ID": "x"}}),
+    ("GET", RUN + f"/{UNKNOWN}/events", {}),
+    ("GET", RUN + f"/{UNKNOWN}/events?format=jsonl", {}),
+    ("GET", RUN + "/{done}/events/", {}),
+    ("PUT", RUN + "/{done}/events", {}),
+    ("POST", RUN + "/{done}/cancel", {}),
+    ("POST", RUN + f"/{UNKNOWN}/cancel", {}),
+    ("POST", RUN + "/{done}/steer", {"json": {"text": "more"}}),
+    ("POST", RUN + "/{done}/steer", {"json": {"text": 1}}),
+]
+
+
+def _in(value: object, ws: str) -> object:
+    return value.format(ws=ws) if isinstance(value, str) else value
+
+
+async def _run_answers(db_url: str, tmp_path: pathlib.Path, lean: bool, done: str) -> list[tuple[int, str, str]]:
+    ws = "lean" if lean else "full"
+    app = create_app(Settings(database_url=db_url, config=tmp_path / "muster.json", lean_routes=lean))
+    answers = []
+    async with running(app) as client:
+        for method, path, kwargs in RUN_CASES:
+            if "json" in kwargs:
+                kwargs = {**kwargs, "json": {k: _in(v, ws) for k, v in kwargs["json"].items()}}
+            r = await client.request(method, path.format(done=done), **kwargs)
+            text = re.sub(r"[0-9a-f]{32}|\d{4}-\d\d-\d\dT[\d:.]+(Z|\+00:00)", "X", r.text.replace(ws, "WS"))
+            answers.append((r.status_code, r.headers.get("content-type", ""), text))
+    return answers
+
+
+async def test_the_run_routes_answer_every_input_as_fastapis_handler_and_router_do(
+    db_url: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dispatch_env(monkeypatch, tmp_path)
+    write_config(tmp_path / "muster.json", AGENTS)
+    async with running(create_app(Settings(database_url=db_url, config=tmp_path / "muster.json"))) as client:
+        done = await start(client, agent="fast", prompt="hello", workspace="done")
+        assert (await client.get(f"{RUN}/{done['id']}/events")).status_code == 200  # read to its end: finished
+    monkeypatch.setenv("MUSTER_DISPATCH_WORKERS", "0")  # the runs posted below stay queued, the same both ways
+    lean = await _run_answers(db_url, tmp_path, True, done["id"])
+    statuses = [202, 409, 404, 422, 422, 422, 422, 200, 422, 404, 200, 200, 422, 422, 200, 422, 422, 404, 404, 307, 405]
+    assert [status for status, _, _ in lean] == [*statuses, 409, 404, 409, 422]
+    assert lean[10][1].startswith("text/event-stream") and "event: result" in lean[10][2]
+    assert lean == await _run_answers(db_url, tmp_path, False, done["id"])
+
+
+def test_the_run_routes_take_the_lean_path_and_the_hot_paths_table(tmp_path: pathlib.Path) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/d.db", lean_routes=True))
+    hot = app.router.routes[0]
+    assert isinstance(hot, HotPaths)
+    post = hot.table[("POST", RUN)]
+    by_prefix = [context.path_format for context in hot.prefixed[("GET", RUN + "/")]]
+    assert by_prefix == [RUN + "/{run_id}", RUN + "/{run_id}/events"]
+    for context in (post, *hot.prefixed[("GET", RUN + "/")]):
+        assert _lean(context.dependant, context._embed_body_fields) is not None, context.path_format
+
+
+def test_the_hot_paths_never_claim_a_prefix_an_earlier_route_may_answer(tmp_path: pathlib.Path) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/e.db", lean_routes=True))
+    earlier = APIRouter()
+
+    @earlier.get("/dispatch/runs/latest")
+    async def latest() -> dict[str, str]:
+        return {}
+
+    app.include_router(earlier)
+    routes = [route for route in app.router.routes if not isinstance(route, HotPaths)]
+    assert ("GET", RUN + "/") in HotPaths(routes).prefixed
+    routes.insert(0, routes.pop())
+    prefixed = HotPaths(routes).prefixed
+    assert ("GET", RUN + "/") not in prefixed and ("POST", RUN + "/") in prefixed

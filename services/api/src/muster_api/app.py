@@ -96,7 +96,7 @@ def create_app(
     dashboard.install(app)
     app.state.lean_routes = settings.lean_routes
     if settings.lean_routes:
-        # First: the hot mesh routes are found by one lookup instead of the router's walk (see leanroute.HotPaths).
+        # First: the hot mesh and run routes are found by a lookup instead of the router's walk (leanroute.HotPaths).
         app.router.routes.insert(0, HotPaths(app.router.routes))
     app.add_middleware(
         Edge,

@@ -141,7 +141,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     migrate_on_startup: bool = True
-    # Off: the hot mesh routes are found and answered by FastAPI's own router and handler (web/leanroute.py).
+    # Off: the hot mesh and run routes are found and answered by FastAPI's own router and handler (web/leanroute.py).
     lean_routes: bool = True
     log_level: Annotated[LogLevel, BeforeValidator(_upper)] = "INFO"
     # Optional guard over the whole API: every request must carry one of these keys in `X-API-Key`.

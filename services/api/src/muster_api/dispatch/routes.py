@@ -28,9 +28,9 @@ from muster_api.dispatch.models import (
 )
 from muster_api.dispatch.runs import cancel_run, create_run, steer_run
 from muster_api.web.deps import DispatchDep
-from muster_api.web.jsonbody import StrictJsonRoute
+from muster_api.web.leanroute import LeanRoute
 
-router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=StrictJsonRoute)
+router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=LeanRoute)
 
 ID_PATH = Path(pattern=ID_PATTERN)
 

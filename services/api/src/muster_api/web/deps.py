@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Protocol
 from fastapi import Depends, Request
 
 from muster_api.runtime import Runtime
+from muster_api.web.leanroute import Direct
 from muster_mesh import Mesh
 from muster_mesh.models import WakeAnswer
 
@@ -51,8 +52,14 @@ async def get_a2a(request: Request) -> A2AState:
     return request.app.state.a2a  # type: ignore[no-any-return]
 
 
-async def get_dispatch(request: Request) -> DispatchState:
-    return request.app.state.dispatch  # type: ignore[no-any-return]
+class _Dispatch(Direct):
+    """The dispatch state: ``Direct``, so a ``LeanRoute`` (the run routes) reads it without resolving anything."""
+
+    def direct(self, request: Request) -> DispatchState:
+        return request.app.state.dispatch  # type: ignore[no-any-return]
+
+
+get_dispatch = _Dispatch()
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]

@@ -1,6 +1,6 @@
 """Every private name of FastAPI and Starlette the service uses, imported here and nowhere else.
 
-``leanroute`` answers the hot mesh routes without FastAPI's general request handler, and needs what that handler
+``leanroute`` answers the hot mesh and run routes without FastAPI's general request handler, and needs what that handler
 uses: a parameter's field (``ModelField``) and its missing-value error, whether an annotation is a scalar, the
 context variable naming the included copy of a route FastAPI is building a handler for, the hook that names the
 chosen route for OpenTelemetry, and the route path Starlette's router matches on. None of them is public API, so
@@ -8,7 +8,8 @@ chosen route for OpenTelemetry, and the route path Starlette's router matches on
 ``MUSTER_LEAN_ROUTES=0`` (``Settings.lean_routes``) serves every route through FastAPI's own handler and router,
 which CI runs the route tests with too: an upgrade that changes one of these shows in one run and not the other.
 The attributes ``leanroute`` reads of a route (``_embed_body_fields``, an included router's
-``effective_route_contexts`` with their ``original_route`` and ``param_convertors``) belong to the same versions.
+``effective_route_contexts`` with their ``original_route``, ``param_convertors``, ``path_format`` and their own
+``matches``) belong to the same versions.
 """
 
 from __future__ import annotations

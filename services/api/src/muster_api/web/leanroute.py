@@ -2,13 +2,14 @@
 
 FastAPI's handler resolves a route's dependency tree on every request (cache keys, scopes, an exit stack), parses
 the content type with ``email.message``, and prepares background tasks and a sub-response the routes here never use:
-measured on the mesh's send, several times the CPU of a no-op route. A ``LeanRoute`` whose endpoint takes only path
-and query parameters, a body, the request, and dependencies that are ``Direct`` (computed from the request alone),
-is answered by a handler that does just that: the same steps in the same order, each parameter validated by its
-FastAPI field as FastAPI's handler does it, so a bad input is refused with the same errors. What FastAPI works out
-per request from the annotations (which source, which key, one value or a list) is worked out here once.
-The route is still an ``APIRoute``: the OpenAPI document is built from it as before. Any other endpoint (a stream,
-a dependency of another kind, a header parameter) gets FastAPI's handler.
+measured on the mesh's send, several times the CPU of a no-op route. A ``LeanRoute`` whose endpoint takes only
+path, query and header parameters (one value each), a body, the request, and dependencies that are ``Direct``
+(computed from the request alone), is answered by a handler that does just that: the same steps in the same order,
+each parameter validated by its FastAPI field as FastAPI's handler does it, so a bad input is refused with the same
+errors. What FastAPI works out per request from the annotations (which source, which key, one value or a list) is
+worked out here once. The route is still an ``APIRoute``: the OpenAPI document is built from it as before. Any
+other endpoint (one that does not return a ``Response`` itself, a dependency of another kind, a cookie) gets
+FastAPI's handler.
 
 A ``Direct`` dependency is not looked up in ``app.dependency_overrides``. The private framework names this needs are
 imported from ``framework`` (which says why); an app made with ``lean_routes`` off serves these routes through
@@ -29,7 +30,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic_core import PydanticUndefined
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Receive, Scope, Send
 
 from muster_api.web.framework import (
@@ -123,8 +124,7 @@ def _read(values: dict[str, Any], errors: list[Any], validators: list[tuple[str,
 def _plain(dependant: Dependant) -> bool:
     """No parameter of a kind the lean handler does not read."""
     return not (
-        dependant.header_params
-        or dependant.cookie_params
+        dependant.cookie_params
         or dependant.background_tasks_param_name
         or dependant.response_param_name
         or dependant.websocket_param_name
@@ -136,9 +136,12 @@ def _lean(dependant: Dependant, embed_body_fields: bool) -> Handler | None:
     directs = _directs(dependant)
     path = _param_validators(dependant.path_params)
     query = _param_validators(dependant.query_params)
+    header = _param_validators(dependant.header_params)
     body_fields = _body_validators(dependant.body_params, embed_body_fields)
     endpoint = dependant.call
-    if directs is None or path is None or query is None or body_fields is None or not _plain(dependant):
+    if directs is None or path is None or query is None or header is None or body_fields is None:
+        return None
+    if not _plain(dependant):
         return None
     assert endpoint is not None
     request_name = dependant.request_param_name
@@ -156,6 +159,8 @@ def _lean(dependant: Dependant, embed_body_fields: bool) -> Handler | None:
             _read(values, errors, path, request.path_params)
         if query:
             _read(values, errors, query, request.query_params)
+        if header:
+            _read(values, errors, header, request.headers)
         for name, validate in body_fields:
             value, wrong = validate(body)
             values[name] = value
@@ -199,38 +204,87 @@ class LeanRoute(StrictJsonRoute):
 
 
 class HotPaths(BaseRoute):
-    """Put first in the app's routes: finds a ``LeanRoute`` without path parameters by (method, path) in one dict
-    lookup, where FastAPI's router tries each route of each included router in turn, and then once more the routes
-    of the router it chose (measured: a dozen route matches for a send). Holds only the (method, path) pairs the
-    router itself resolves to the same route (checked when built), so the answer is the one the router would give;
-    a method the route does not take, a trailing slash or any other path goes on to the router as before."""
+    """Put first in the app's routes: finds a ``LeanRoute`` without FastAPI's router, which tries each route of
+    each included router in turn, and then once more the routes of the router it chose (measured: a dozen route
+    matches for a send, and most of the router's CPU for a run's POST and its stream).
+
+    A route without path parameters is found by (method, path) in one dict lookup, holding only the pairs the router
+    itself resolves to the same route (checked when built). A route with path parameters whose text before the first
+    parameter (its prefix) ends with ``/`` is found by (method, prefix), then its own match, in the router's order
+    among the routes under that key; it is held only if no route before it in the router's order that is not under
+    the same key could take the same method and a path with that prefix, so the first of them that matches is the
+    one the router would choose. A method the route does not take, a trailing slash, a path none of them match, or any
+    other path goes on to the router as before."""
 
     def __init__(self, routes: list[BaseRoute]) -> None:
         self.table: dict[tuple[str, str], Any] = {}
-        for included in routes:
-            for context in getattr(included, "effective_route_contexts", list)():
-                self._add(routes, included, context)
+        self.prefixed: dict[tuple[str, str], list[Any]] = {}
+        order = [(included, context) for included in routes for context in _contexts(included)]
+        for index, (included, context) in enumerate(order):
+            if isinstance(getattr(context, "original_route", None), LeanRoute):
+                if context.param_convertors:
+                    self._add_prefixed(context, [earlier for _, earlier in order[:index]])
+                else:
+                    self._add(routes, included, context)
+        self.lengths = sorted({len(prefix) for _, prefix in self.prefixed})
 
     def _add(self, routes: list[BaseRoute], included: Any, context: Any) -> None:
-        if not isinstance(context.original_route, LeanRoute) or context.param_convertors:
-            return
         for method in context.methods or ():
             probe: Scope = {"type": "http", "path": context.path, "root_path": "", "method": method}
             if _routed_to(routes, probe, included, context):
                 self.table[(method, context.path)] = context
 
+    def _add_prefixed(self, context: Any, before: list[Any]) -> None:
+        prefix = context.path_format.partition("{")[0]
+        if not prefix.endswith("/"):
+            return
+        for method in context.methods or ():
+            held = self.prefixed.get((method, prefix), [])
+            others = [earlier for earlier in before if all(earlier is not h for h in held)]
+            if not any(self._may_take(earlier, method, prefix) for earlier in others):
+                self.prefixed[(method, prefix)] = [*held, context]
+
+    def _may_take(self, route: Any, method: str, prefix: str) -> bool:
+        """Whether ``route`` may answer ``method`` on some path starting with ``prefix`` (in doubt, yes)."""
+        path = getattr(route, "path_format", None)
+        if path is None:
+            return True
+        methods = getattr(route, "methods", None)
+        if methods and method not in methods:
+            return False  # at most a partial match: the router goes on to a full one
+        static, brace, _ = path.partition("{")
+        if not brace and isinstance(getattr(route, "original_route", route), Route):
+            # One path only: the dict answers it first when it holds it.
+            return path.startswith(prefix) and self.table.get((method, path)) is not route
+        return static.startswith(prefix) or prefix.startswith(static)
+
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         if scope["type"] == "http":
-            context = self.table.get((scope["method"], get_route_path(scope)))
+            method, path = scope["method"], get_route_path(scope)
+            context = self.table.get((method, path))
             if context is not None:
                 # What the route's own match puts in the scope.
                 return Match.FULL, {"endpoint": context.endpoint, "path_params": {}, "route": context.original_route}
+            for length in self.lengths:
+                for context in self.prefixed.get((method, path[:length]), ()):
+                    match, child = context.matches(scope)
+                    if match == Match.FULL:
+                        return match, {**child, "route": context.original_route, HOT: context}
         return Match.NONE, {}
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        context = self.table[(scope["method"], get_route_path(scope))]
+        context = scope.pop(HOT, None) or self.table[(scope["method"], get_route_path(scope))]
         route_selected(scope=scope, path=context.path_format)  # the route's name for OpenTelemetry, when enabled
         await context.app(scope, receive, send)
+
+
+HOT = "muster.hot_route"  # the route context ``HotPaths.matches`` chose by prefix, for its ``handle``
+
+
+def _contexts(route: BaseRoute) -> list[Any]:
+    """An included router's route contexts in the router's order; any other route stands for itself."""
+    contexts = getattr(route, "effective_route_contexts", None)
+    return [route] if contexts is None else list(contexts())
 
 
 def _routed_to(routes: list[BaseRoute], probe: Scope, included: Any, context: object) -> bool:
