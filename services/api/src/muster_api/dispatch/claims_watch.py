@@ -85,7 +85,15 @@ def in_work_tree(workspace: Path) -> bool:
     process started and waited for after every turn, most of a short run's cost when the workspace is none."""
     if "GIT_DIR" in os.environ:  # git is told where the repository is: only git can say
         return True
-    return any((directory / ".git").exists() for directory in (workspace, *workspace.parents))
+    # Strings, not ``Path``: a ``Path`` made and joined for each directory up to the root cost more than the stats.
+    directory = os.fspath(workspace)
+    while True:
+        if os.path.exists(os.path.join(directory, ".git")):
+            return True
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return False
+        directory = parent
 
 
 async def changed_paths(workspace: Path) -> tuple[Path, list[str]] | None:

@@ -5,8 +5,9 @@ time in those round trips, each a context switch on a loaded machine).
 - queue a run: the INSERT and its NOTIFY (a data-modifying CTE, written out: building it in SQLAlchemy Core cost
   the route more CPU than the statement);
 - claim: ``UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`` the run and whether controls wait for it;
-- journal rows: the whole batch in one INSERT (``unnest`` of arrays: one prepared statement whatever the batch size)
-  with its NOTIFY, which carries the rows when they fit (other instances' readers then need not read them);
+- journal rows: the whole batch in one INSERT (the rows of one JSON array parameter, the text its NOTIFY carries: one
+  prepared statement whatever the batch size, one encoding of the rows) with its NOTIFY, which carries the rows when
+  they fit (other instances' readers then need not read them);
 - finish: the conditional UPDATE, the last journal rows only when it matched, the NOTIFY only when it matched; and the
   worker's next run claimed in the same statement.
 
@@ -39,7 +40,7 @@ from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, encode_rows
 from muster_api.dispatch.store import SqlRunStore, run_of
 from muster_api.dispatch.tables import events, runs
 from muster_dispatch import Observation
@@ -56,13 +57,13 @@ WITH queued AS (
 SELECT pg_notify(:channel, :payload)
 """).bindparams(bindparam("queued_at", type_=UTCDateTime()))
 
-# The batch as five arrays: one prepared statement whatever the batch size.
+# The batch as one JSON array of rows (``encode_rows``, the text its NOTIFY carries): one prepared statement whatever
+# the batch size, and one parameter to encode.
 _APPEND = text("""
 WITH stored AS (
     INSERT INTO dispatch_events (run_id, seq, at, source, scope, event)
-    SELECT :run_id, u.seq, u.at, u.source, CAST(u.scope AS jsonb), CAST(u.event AS jsonb)
-    FROM unnest(CAST(:seqs AS integer[]), CAST(:ats AS text[]), CAST(:sources AS text[]),
-                CAST(:scopes AS text[]), CAST(:events AS text[])) AS u(seq, at, source, scope, event)
+    SELECT :run_id, CAST(u.r->>0 AS integer), u.r->>1, u.r->>2, u.r->3, u.r->4
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS u(r)
     RETURNING 1
 )
 SELECT pg_notify(:channel, :payload) FROM (SELECT count(*) FROM stored) AS done
@@ -78,16 +79,18 @@ WITH done AS (
     RETURNING id
 ), stored AS (
     INSERT INTO dispatch_events (run_id, seq, at, source, scope, event)
-    SELECT done.id, u.seq, u.at, u.source, CAST(u.scope AS jsonb), CAST(u.event AS jsonb)
-    FROM done, unnest(CAST(:seqs AS integer[]), CAST(:ats AS text[]), CAST(:sources AS text[]),
-                      CAST(:scopes AS text[]), CAST(:events AS text[])) AS u(seq, at, source, scope, event)
+    SELECT done.id, CAST(u.r->>0 AS integer), u.r->>1, u.r->>2, u.r->3, u.r->4
+    FROM done, jsonb_array_elements(CAST(:rows AS jsonb)) AS u(r)
     RETURNING 1
 ){claim}
 {select}
 """
 _FINISHED_AT = bindparam("finished_at", type_=UTCDateTime())
 _FINISH = text(
-    _FINISH_SQL.format(claim="", select="SELECT pg_notify(:channel, :payload), (SELECT count(*) FROM stored) FROM done")
+    _FINISH_SQL.format(
+        claim="",
+        select="SELECT pg_notify(:channel, :payload), (SELECT count(*) FROM stored) FROM done",
+    )
 ).bindparams(_FINISHED_AT)
 
 # The oldest queued run, claimed for an owner; whether controls wait for it. Nobody waits for a run to start (readers
@@ -143,16 +146,6 @@ _OUTCOME_JSON = ("attempts", "usage", "error")
 
 def _jsonb(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
-
-
-def _arrays(batch: list[Observation]) -> dict[str, list[Any]]:
-    return {
-        "seqs": [o.seq for o in batch],
-        "ats": [o.at for o in batch],
-        "sources": [o.source for o in batch],
-        "scopes": [json.dumps(o.scope) for o in batch],
-        "events": [json.dumps(o.event) for o in batch],
-    }
 
 
 @lru_cache(maxsize=32)
@@ -228,8 +221,9 @@ class PostgresRunStore(SqlRunStore):
         last_events: list[Observation] | None = None,
         end: RunEnd | None = None,
     ) -> bool:
-        params = self._outcome_params(run_id, owner, values, last_events or [])
-        params.update(self._handing(run_id, last_events or [], end))
+        rows = encode_rows(last_events or [])
+        params = self._outcome_params(run_id, owner, values, rows)
+        params.update(self._handing(run_id, rows, end))
         changed = bool(await self._fetch(_FINISH, params))
         if changed:
             self.notifier.hand(run_id, last_events or [], end)
@@ -245,8 +239,9 @@ class PostgresRunStore(SqlRunStore):
         until: datetime,
         end: RunEnd | None = None,
     ) -> tuple[bool, tuple[Run, bool] | None]:
-        params = self._outcome_params(run_id, owner, values, last_events)
-        params.update(self._handing(run_id, last_events, end), now=now, until=until)
+        rows = encode_rows(last_events)
+        params = self._outcome_params(run_id, owner, values, rows)
+        params.update(self._handing(run_id, rows, end), now=now, until=until)
         (record,) = await self._fetch(_FINISH_AND_CLAIM, params)
         row = _run_row(record)
         changed = bool(row.pop("finished"))
@@ -255,21 +250,20 @@ class PostgresRunStore(SqlRunStore):
         return changed, _claimed(row) if row["id"] is not None else None
 
     async def append_events(self, run_id: str, batch: list[Observation]) -> None:
-        params = {**_arrays(batch), "run_id": run_id, **self._handing(run_id, batch)}
+        rows = encode_rows(batch)
+        params = {"rows": rows, "run_id": run_id, **self._handing(run_id, rows)}
         await self._fetch(_APPEND, params)
         self.notifier.hand(run_id, batch)
 
     @staticmethod
-    def _outcome_params(
-        run_id: str, owner: str, values: dict[str, Any], last_events: list[Observation]
-    ) -> dict[str, Any]:
+    def _outcome_params(run_id: str, owner: str, values: dict[str, Any], rows: str) -> dict[str, Any]:
         params: dict[str, Any] = {name: values.get(name) for name in _OUTCOME_TEXT}
         params.update({name: _jsonb(values.get(name)) for name in _OUTCOME_JSON})
-        params.update(_arrays(last_events), run_id=run_id, owner=owner, finished_at=values["finished_at"])
+        params.update(rows=rows, run_id=run_id, owner=owner, finished_at=values["finished_at"])
         return params
 
-    def _handing(self, run_id: str, batch: list[Observation], end: RunEnd | None = None) -> dict[str, str]:
-        notify = self.notifier.handing(run_id, batch, end)
+    def _handing(self, run_id: str, rows: str, end: RunEnd | None = None) -> dict[str, str]:
+        notify = self.notifier.handing(run_id, rows, end)
         assert notify is not None, "PostgreSQL has LISTEN/NOTIFY"
         return {"channel": notify[0], "payload": notify[1]}
 

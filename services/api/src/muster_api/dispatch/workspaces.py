@@ -7,6 +7,7 @@ symlink whose target leaves the root).
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -32,16 +33,21 @@ def check_name(name: str) -> list[str]:
     return parts
 
 
+def _within(path: str, base: str) -> bool:
+    return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+
+
 def resolve_workspace(root: Path, name: str) -> Path:
-    """The workspace directory (created when missing), after every confinement rule held."""
+    """The workspace directory (created when missing), after every confinement rule held. On strings, with the root
+    made by the workspace's own ``makedirs``: every run resolves its workspace, and ``Path`` objects and a second
+    ``mkdir`` cost the worker more than the file system calls."""
     parts = check_name(name)
-    base = root.resolve()
-    base.mkdir(parents=True, exist_ok=True)
-    target = base.joinpath(*parts)
-    if not target.resolve().is_relative_to(base):
+    base = os.path.realpath(root)
+    target = os.path.join(base, *parts)
+    if not _within(os.path.realpath(target), base):
         raise _refuse("symlink_outside_root", "a symlink in the path leads outside the workspaces root")
-    target.mkdir(parents=True, exist_ok=True)
-    real = target.resolve()
-    if not real.is_relative_to(base):  # a symlink swapped in while the directories were made
+    os.makedirs(target, exist_ok=True)
+    real = os.path.realpath(target)
+    if not _within(real, base):  # a symlink swapped in while the directories were made
         raise _refuse("symlink_outside_root", "a symlink in the path leads outside the workspaces root")
-    return real
+    return Path(real)
