@@ -130,8 +130,8 @@ class RunWaiters(LocalNotifier):
 _HANDED_RUN = '{"r":"'
 
 
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+# Built once: ``json.dumps`` with options builds an encoder at each call.
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def encode_rows(batch: Sequence[Observation]) -> str:

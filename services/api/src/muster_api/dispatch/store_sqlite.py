@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.sqlite_driver import NAMED, DriverStatement, in_transaction, on_driver_thread
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd
-from muster_api.dispatch.store import SqlRunStore, run_of
+from muster_api.dispatch.store import KEEP_NON_ASCII, SqlRunStore, run_of
 from muster_api.dispatch.tables import controls, events, runs
 from muster_dispatch import Observation
 
@@ -105,9 +105,8 @@ def _run_row(row: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-def _json_text(value: Any) -> str:
-    # As ``observation_json`` writes it (non-ASCII kept): a stream sends the stored text as it is (``_row_json``).
-    return json.dumps(value, ensure_ascii=False)
+# As ``observation_json`` writes it (non-ASCII kept): a stream sends the stored text as it is (``_row_json``).
+_json_text = KEEP_NON_ASCII
 
 
 def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
