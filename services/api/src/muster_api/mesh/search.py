@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool
 from muster_api.db.schema import UTCDateTime
+from muster_api.db.sqlite_driver import in_transaction
 from muster_api.mesh.sqlite_driver import NAMED, on_driver_thread
 from muster_api.mesh.store import stored_time
 from muster_mesh.search import MARK_CLOSE, MARK_OPEN, SNIPPET_WORDS, SearchQuery, SearchRow, plain_snippet
@@ -137,15 +138,13 @@ def index_pending(conn: sqlite3.Connection) -> bool:
     ``conn``: a sqlite3 connection outside a transaction (the held connection between the store's transactions)."""
     if not conn.execute(_ANY_PENDING).fetchone()[0]:
         return False
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+
+    def index(conn: sqlite3.Connection) -> bool:
         conn.execute(_INDEX_PENDING)
         conn.execute("DELETE FROM mesh_messages_fts_pending")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return True
+        return True
+
+    return bool(in_transaction(conn, index))
 
 
 def _searched(sql: str, params: dict[str, Any]) -> Callable[[sqlite3.Connection], list[Any]]:

@@ -247,15 +247,20 @@ class SqliteMeshStore(SqlMeshStore):
                     await conn.commit()
                 self._wrote()
 
+    async def _held_driver(self) -> Any:
+        """aiosqlite's connection under the held one (looked up again only when the held connection changed). Called
+        inside ``_serial``."""
+        conn = await self._connection()
+        if self._driver is None or self._driver[0] is not conn:
+            self._driver = conn, (await conn.get_raw_connection()).driver_connection
+        return self._driver[1]
+
     async def _in_one_trip(self, call: Callable[[sqlite3.Connection], T], *, writes: bool = True) -> T:
         """A whole transaction (``sqlite_trips``) on the held connection, queued like the others, in one trip to
         aiosqlite's thread."""
         with anyio.CancelScope(shield=True):  # as a transaction is, for the same reason
             async with self._serial:
-                conn = await self._connection()
-                if self._driver is None or self._driver[0] is not conn:
-                    self._driver = conn, (await conn.get_raw_connection()).driver_connection
-                result = await on_driver_thread(self._driver[1], call)
+                result = await on_driver_thread(await self._held_driver(), call)
                 if writes:
                     self._wrote()
         return result
@@ -280,10 +285,7 @@ class SqliteMeshStore(SqlMeshStore):
         The held connection is used by one call at a time either way (``_serial``), so it is free."""
         with anyio.CancelScope(shield=True):  # as a transaction is, for the same reason
             async with self._serial:
-                conn = await self._connection()
-                if self._driver is None or self._driver[0] is not conn:
-                    self._driver = conn, (await conn.get_raw_connection()).driver_connection
-                driver = self._driver[1]
+                driver = await self._held_driver()
                 try:
                     result = sqlite_trips.on_this_thread(
                         driver._conn, call, SQLITE_BUSY_TIMEOUT_MS, BACKSTOP_CHECKPOINT_PAGES
