@@ -1,6 +1,7 @@
 """Threads and the person's page with the defaults: `muster serve` started as `make run` starts it (cwd = a checkout
 with a muster.toml, no ``MUSTER_*`` path variable), then a person and two agents talking through the muster_client,
-read back as threads, and the dashboard serving the person's script."""
+read back as threads and found by a search (on SQLite, through the index's queue in the default database file), and
+the dashboard serving the person's script."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from muster_client import MusterClient
 from tests.runs.processes import api
 
 
-def test_threads_with_the_defaults_of_muster_serve(db_url: str, tmp_path: Path) -> None:
+def test_threads_and_search_with_the_defaults_of_muster_serve(db_url: str, tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
     checkout.mkdir()
     (checkout / "muster.toml").write_text("# the defaults\n")
@@ -31,6 +32,10 @@ def test_threads_with_the_defaults_of_muster_serve(db_url: str, tmp_path: Path) 
             said = [(m.sender, m.to, m.body) for m in person.thread("deploy").messages]
             assert said == [("builder-1", ["alice"], "a decision is needed"), ("alice", ["builder-1"], "go ahead")]
             assert [t.thread_id for t in builder.threads(view="all").threads] == ["deploy"]
+            [found] = person.search("decision").hits
+            assert (found.sender, found.thread_id) == ("builder-1", "deploy")
+            assert [h.sender for h in builder.search("ahead", view="all").hits] == ["alice"]
+            assert person.search("nowhere").hits == []
         page = httpx.get(f"{url}/")
         assert page.status_code == 200 and "/ui/people.js" in page.text
         assert "sessionStorage" in httpx.get(f"{url}/ui/people.js").text
