@@ -12,7 +12,7 @@ import pytest
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.dispatch.component import run_store
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunListener, RunNotifier, RunTail, RunWaiters, control_key
+from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunListener, RunNotifier, RunTail, RunWaiters, control_key, encode_rows
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 from tests.support.databases import PostgresServer
@@ -104,7 +104,7 @@ def test_an_instance_reads_only_the_notifications_of_runs_it_follows() -> None:
     listener = RunListener(create_engine("postgresql+asyncpg://postgres@127.0.0.1:5432/none"), waiters)
     listener.handed('{"r":"run-1","o":[[1, unreadable')
     assert waiters.tails["run-2"].looks == 0
-    listener.handed(listener.handing("run-2", _observations(1, 2), None).partition("|")[2])
+    listener.handed(listener.handing("run-2", encode_rows(_observations(1, 2)), None).partition("|")[2])
     assert [o.seq for o in waiters.tails["run-2"].since(0) or []] == [1, 2]
     listener.handed('{"r":"run-2","o":[[1, unreadable')  # a followed run's rows that cannot be read: read the rows
     assert waiters.tails["run-2"].looks == 1
