@@ -173,7 +173,10 @@ class ServedAgentHandler(RequestHandler):
         context_id = message.context_id or uuid.uuid4().hex
         if not valid_context(context_id):
             raise InvalidParamsError("contextId: letters, digits, '_' and '-' only, at most 100 characters")
-        source = await latest_conversation(self.state.runtime.engine, self.agent, context_id)
+        # A context this message opens has no run yet: only a context the client names can be continued.
+        source = (
+            await latest_conversation(self.state.runtime.engine, self.agent, context_id) if message.context_id else None
+        )
         try:
             body = RunIn(
                 agent=self.agent,

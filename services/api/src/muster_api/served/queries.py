@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Select
 
@@ -59,14 +59,19 @@ async def task_page(engine: AsyncEngine, wanted: TaskFilter, before: str | None,
     return [run_of(row) for row in rows], total
 
 
+# Built once: the newest run of a context's workspace that has a conversation.
+_LATEST_CONVERSATION = (
+    select(runs.c.id)
+    .where(runs.c.workspace == bindparam("workspace"), runs.c.conversation.is_not(None))
+    .order_by(runs.c.id.desc())
+    .limit(1)
+)
+
+
 async def latest_conversation(engine: AsyncEngine, agent: str, context_id: str) -> str | None:
     """The run whose conversation the next message of the context continues: the newest one that has one."""
-    query = (
-        select(runs.c.id)
-        .where(runs.c.workspace == workspace_of(agent, context_id), runs.c.conversation.is_not(None))
-        .order_by(runs.c.id.desc())
-        .limit(1)
-    )
     async with engine.connect() as conn:
-        found: str | None = (await conn.execute(query)).scalar()
+        found: str | None = (
+            await conn.execute(_LATEST_CONVERSATION, {"workspace": workspace_of(agent, context_id)})
+        ).scalar()
     return found
