@@ -53,6 +53,11 @@ kind = "custom"
 entrypoint = "tests.served.support:limited"
 a2a = true
 
+[dispatch_agents.chatty]
+kind = "custom"
+entrypoint = "tests.served.support:chatty"
+a2a = true
+
 [dispatch_agents.hidden]
 kind = "custom"
 entrypoint = "tests.served.support:echo"
@@ -71,6 +76,15 @@ async def waiter(input: AgentInput, context: object) -> AsyncIterator[AgentEvent
     yield AgentEvent("text", text="waiting")
     await anyio.Event().wait()  # until the run is cancelled
     yield AgentEvent("text", text="never")
+
+
+# More journal rows than a served agent reads at once (its history is read page by page).
+CHATTY_LINES = 2500
+
+
+async def chatty(input: AgentInput, context: object) -> AsyncIterator[AgentEvent]:
+    for line in range(CHATTY_LINES):
+        yield AgentEvent("text", text=f"line {line}")
 
 
 async def limited(input: AgentInput, context: object) -> AsyncIterator[AgentEvent]:

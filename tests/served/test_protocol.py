@@ -19,7 +19,7 @@ from a2a.types import (
     TaskState,
 )
 
-from tests.served.support import live_muster, run_of, sdk_client, send_request, served_settings, until
+from tests.served.support import CHATTY_LINES, live_muster, run_of, sdk_client, send_request, served_settings, until
 
 # Slow: a live service and A2A clients over HTTP.
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -122,3 +122,16 @@ async def test_immediate_send_then_stream_resubscribe_and_cancel_a_running_task(
             assert rest[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
             assert after[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED
             assert run_of(base, task_id)["status"] == "cancelled"
+
+
+async def test_a_blocking_send_answers_with_every_row_of_a_long_run(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal is read page by page, while the run goes and after it ended: the task holds every row once."""
+    with live_muster(served_settings(db_url, tmp_path, monkeypatch)) as base:
+        async with sdk_client(base, "chatty", "JSONRPC", "1.0") as client:
+            task = await _send(client, "talk")
+            expected = [f"line {n}" for n in range(CHATTY_LINES)]
+            assert [p.text for m in task.history[1:] for p in m.parts] == expected
+            again = await client.get_task(GetTaskRequest(id=task.id))
+            assert [p.text for m in again.history[1:] for p in m.parts] == expected

@@ -75,6 +75,8 @@ DEFAULT_PAGE_SIZE = 50
 # A cancel reaches the worker through a control row; the answer waits this long for the run to stop.
 CANCEL_WAIT_SECONDS = 30.0
 MAX_HISTORY_EVENTS = 5000
+# Journal rows read at once.
+HISTORY_PAGE = 1000
 _ID = re.compile(ID_PATTERN)
 
 
@@ -124,13 +126,15 @@ class ServedAgentHandler(RequestHandler):
             raise TaskNotFoundError(f"no task {task_id!r} at this agent")
         return run
 
-    async def _observations(self, run_id: str) -> list[Observation]:
-        found: list[Observation] = []
+    async def _observations(self, run_id: str, found: list[Observation] | None = None) -> list[Observation]:
+        """The run's journal rows (up to ``MAX_HISTORY_EVENTS``), continuing ``found``: a page shorter than asked for
+        is the last."""
+        found = found if found is not None else []
         while len(found) < MAX_HISTORY_EVENTS:
-            batch = await self.state.store.events_after(run_id, found[-1].seq if found else 0)
-            if not batch:
-                break
+            batch = await self.state.store.events_after(run_id, found[-1].seq if found else 0, HISTORY_PAGE)
             found.extend(batch)
+            if len(batch) < HISTORY_PAGE:
+                break
         return found
 
     async def _task(self, run: Run) -> Task:
@@ -139,13 +143,20 @@ class ServedAgentHandler(RequestHandler):
     def _wait_seconds(self) -> float:
         return self.state.settings.renew_every if self.state.notifier.shared else UNSHARED_POLL_SECONDS
 
-    async def _finished(self, run_id: str) -> Run:
+    async def _finished(self, run_id: str) -> Task:
+        """The run's task once it has ended. Each look reads the run and the rows it added since the last look, in
+        that order: once the run is over, the rows read after it are all of them."""
+        found: list[Observation] = []
         async with self.state.notifier.subscribe(run_id) as sub:
             while True:
-                run = await self.state.store.get(run_id)
+                after = found[-1].seq if found else 0
+                run, batch = await self.state.store.run_and_events(run_id, after, HISTORY_PAGE)
                 assert run is not None
+                if len(found) < MAX_HISTORY_EVENTS:
+                    found.extend(batch)
                 if run.finished:
-                    return run
+                    more = len(batch) == HISTORY_PAGE
+                    return task_of(run, await self._observations(run_id, found) if more else found)
                 with anyio.move_on_after(self._wait_seconds()):
                     await sub.wait()
 
@@ -202,7 +213,7 @@ class ServedAgentHandler(RequestHandler):
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         run = await self._start(params)
         if not params.configuration.return_immediately:
-            run = await self._finished(run.id)
+            return apply_history_length(await self._finished(run.id), params.configuration)
         return apply_history_length(await self._task(run), params.configuration)
 
     @validate_request_params
@@ -226,7 +237,7 @@ class ServedAgentHandler(RequestHandler):
         except RunFinishedError:
             raise TaskNotCancelableError(f"task {run.id} is already {run.status}") from None
         with anyio.move_on_after(CANCEL_WAIT_SECONDS):
-            run = await self._finished(run.id)
+            return await self._finished(run.id)
         return await self._task(await self._run(run.id))
 
     @validate_request_params
