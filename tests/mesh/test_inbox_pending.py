@@ -17,6 +17,7 @@ from muster_api.mesh.inbox_pending import DELIVER_PENDING, deliver_pending
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.tables import agents, inbox, inbox_pending
 from muster_mesh import FakeClock, Mesh
+from muster_mesh.tasks import TaskClaim, TaskPost, Tasks
 from muster_mesh.testing import join
 from tests.mesh.support import auth, mesh_app
 from tests.mesh.support import join as join_over_rest
@@ -135,3 +136,28 @@ async def test_a_message_another_statement_delivered_answers_its_seq(pg_url: str
         await deliver_pending(store.driver.fetch, mesh.now())
         assert await store.deliverer.deliver(delivered[1], mesh.now()) == 2
         assert await store.deliverer.deliver(dropped[0], mesh.now()) is None
+
+
+async def test_a_claim_whose_delivery_fails_answers_and_leaves_the_message_pending(pg_url: str) -> None:
+    """The claim is committed when its delivery runs: a failed delivery must not turn it into an error (the caller
+    would hold a task it was told it did not get). The message waits for the next delivery or the sweeper."""
+    clock = FakeClock()
+    async with sql_factory(pg_url)(clock) as mesh:
+        store = pg_store(mesh)
+        tasks = Tasks(mesh)
+        worker = await join(mesh, "w", role="builder")
+        boss = await join(mesh, "boss")
+        assert (await tasks.claim(TaskClaim(confirm=True), token=worker)).task is None  # the TTL learned
+        posted = (await tasks.post(TaskPost(title="t", body="b", role="builder", confirm=True), token=boss)).task
+        assert posted is not None
+
+        async def failing(sql: str, *args: Any) -> list[Any]:
+            raise OSError("the connection went away")
+
+        store.deliverer._fetch = failing
+        got = (await tasks.claim(TaskClaim(confirm=True), token=worker)).task
+        assert got is not None and got.id == posted.id and got.holder == "w"
+        assert await pending_count(store) == 1
+        assert (await mesh.read_inbox(token=boss)).messages == []
+        await mesh.sweep()
+        assert [m.thread_id for m in (await mesh.read_inbox(token=boss)).messages] == [f"task:{posted.id}"]

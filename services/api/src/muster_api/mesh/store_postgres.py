@@ -11,6 +11,7 @@ and processing its rows cost more CPU than PostgreSQL spends running it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -42,6 +43,8 @@ from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
 from muster_mesh.records import Marks, SweepPolicy, SweepReport
 from muster_mesh.tasks import CLAIMED_NOTE, TOKEN_NOTE, ClaimedInOneStep, ClaimStep
+
+log = logging.getLogger("muster.mesh")
 
 # The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
 # muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
@@ -288,9 +291,17 @@ class PostgresMeshStore(SqlMeshStore):
         row = rows[0]
         if row["task_id"] is None:
             return ClaimedInOneStep(row["caller"], None, None)
-        # The poster's message is pending: the claim answers once it is in the poster's inbox.
-        told_seq = await self.deliverer.deliver(step.message_id, now)
-        return ClaimedInOneStep(row["caller"], task_record(row), told_seq)
+        return ClaimedInOneStep(row["caller"], task_record(row), await self._told(step.message_id, now))
+
+    async def _told(self, message_id: str, now: datetime) -> int | None:
+        """The poster's message, pending since the claim, once it is in the poster's inbox: its sequence."""
+        try:
+            return await self.deliverer.deliver(message_id, now)
+        except Exception:
+            # The claim is committed: an error here would leave the caller holding a task it was told it did not
+            # get. The message stays pending, for the next delivery or the sweeper; no wake-up leaves for it.
+            log.exception("the poster's message of a task claim stays pending")
+            return None
 
     async def follow(self, agent_id: str, until: datetime) -> None:
         sql, names = _driver_select(FOLLOW, self.engine.dialect)
