@@ -120,9 +120,17 @@ async def test_checkout_gives_the_task_back(db_url: str) -> None:
         assert again is not None and again["id"] == task["id"] and again["token"] == 2
 
 
+async def poster_heard(client: httpx.AsyncClient, token: str, task_id: str) -> bool:
+    r = await client.get("/mesh/inbox", params={"limit": 100}, headers=auth(token))
+    assert r.status_code == 200, r.text
+    return any(m["thread_id"] == f"task:{task_id}" for m in r.json()["messages"])
+
+
 async def test_fifty_claimers_across_two_server_processes(db_url: str) -> None:
     """Each task has exactly one owner: none lost, none given twice (PostgreSQL: SKIP LOCKED between instances;
-    SQLite: the write lock between processes)."""
+    SQLite: the write lock between processes). The poster's message is in its inbox when each claim answers, and
+    the fifty take the sequences 1 to 50, one each (on PostgreSQL the two instances deliver them in shared
+    statements, each waiting for the other's)."""
     with server_process(db_url) as one, server_process(db_url) as two:
         limits = httpx.Limits(max_connections=64)
         async with (
@@ -134,12 +142,20 @@ async def test_fifty_claimers_across_two_server_processes(db_url: str) -> None:
             tokens = [await join(c1 if i % 2 else c2, f"w{i}", role="worker") for i in range(50)]
             got: dict[str, str | None] = {}
 
+            heard: dict[str, bool] = {}
+
             async def take(i: int) -> None:
                 task = await claim(c1 if i % 2 else c2, tokens[i])
                 got[f"w{i}"] = task["id"] if task else None
+                if task is not None:
+                    heard[task["id"]] = await poster_heard(c2 if i % 2 else c1, boss, task["id"])
 
             async with anyio.create_task_group() as tg:
                 for i in range(50):
                     tg.start_soon(take, i)
+            inbox = (await c1.get("/mesh/inbox", params={"limit": 100}, headers=auth(boss))).json()["messages"]
     owned = [t for t in got.values() if t is not None]
     assert len(owned) == 50 and set(owned) == posted  # every claimer got one, and no task twice
+    assert heard == dict.fromkeys(posted, True)
+    assert [m["seq"] for m in inbox] == list(range(1, 51))
+    assert sorted(m["thread_id"] for m in inbox) == sorted(f"task:{t}" for t in posted)

@@ -67,7 +67,14 @@ async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[S
     # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent by the notifier after the commit.
     pg = PgNotifier(runtime.engine)
     await tg.start(pg.run)
-    yield make_store(runtime.engine, runtime.dialect), pg
+    store = PostgresMeshStore(runtime.engine, runtime.dialect)
+    try:
+        await store.deliver_leftovers(runtime.now())
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await store.aclose()
+        raise
+    yield store, pg
 
 
 @dataclass(frozen=True)

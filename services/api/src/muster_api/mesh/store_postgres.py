@@ -2,7 +2,8 @@
 inbox entries in one statement; for a direct send, the sender's renewal and the recipient's sequence too), and so is
 an inbox read (the lease renewal and the page in one statement, outside any transaction: one statement is atomic on
 its own, and BEGIN and COMMIT would be two more round trips). No wake-up rides these statements: the mesh publishes
-them after the commit (see muster_api.db.notify).
+them after the commit (see muster_api.db.notify). A task claim is one statement too, whose message to the poster waits
+in ``mesh_inbox_pending`` for a delivery the claims of the moment share (``muster_api.mesh.inbox_pending``).
 
 The one-statement send and read run on asyncpg's pool (``DriverPool``), a directory page on
 the asyncpg connection under the pooled one: through SQLAlchemy, checking the connection out, compiling the statement
@@ -10,6 +11,7 @@ and processing its rows cost more CPU than PostgreSQL spends running it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -23,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG, claim_record
+from muster_api.mesh.inbox_pending import Deliverer, deliver_pending
 from muster_api.mesh.store import (
     FOLLOW,
     SqlMeshStore,
@@ -38,8 +41,10 @@ from muster_api.mesh.tasks_store import CLAIM_PG, task_record
 from muster_mesh import AgentFilter, AgentRecord, InboxEntry, MessageRecord
 from muster_mesh.claims import ClaimRecord
 from muster_mesh.directory import ShownRow
-from muster_mesh.records import Marks
+from muster_mesh.records import Marks, SweepPolicy, SweepReport
 from muster_mesh.tasks import CLAIMED_NOTE, TOKEN_NOTE, ClaimedInOneStep, ClaimStep
+
+log = logging.getLogger("muster.mesh")
 
 # The message and its inbox entries in one round trip. No NOTIFY here: wake-ups leave after the commit (see
 # muster_api.db.notify), since PostgreSQL commits the transactions that notify one at a time.
@@ -132,6 +137,12 @@ class PostgresMeshTx(SqlMeshTx):
         params = {**message_values(message), "recipients": recipients, "seqs": [seqs[r] for r in recipients]}
         await self._conn.execute(_ADD_MESSAGE, params)
 
+    async def sweep(self, policy: SweepPolicy) -> SweepReport:
+        # Pending messages a killed process left (its claims committed, their delivery never ran) reach their
+        # recipients before the expired ones go.
+        await deliver_pending(lambda sql, *args: _fetch_on_driver(self._conn, sql, *args), policy.now)
+        return await super().sweep(policy)
+
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
 # read cursor), $6 the page size, $7 how many of the page to record as read (receipts), $8 whether the read is the
@@ -206,6 +217,11 @@ class PostgresMeshStore(SqlMeshStore):
     def __init__(self, engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> None:
         super().__init__(engine, dialect, notifier)
         self.driver = DriverPool(asyncpg_dsn(engine))
+        self.deliverer = Deliverer(self.driver.fetch)
+
+    async def deliver_leftovers(self, now: datetime) -> None:
+        """Pending messages a killed process left, delivered (at start: the sweeper's first round comes later)."""
+        await deliver_pending(self.driver.fetch, now)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
@@ -273,8 +289,19 @@ class PostgresMeshStore(SqlMeshStore):
         if not rows:
             return None
         row = rows[0]
-        task = task_record(row) if row["task_id"] is not None else None
-        return ClaimedInOneStep(row["caller"], task, row["told_seq"])
+        if row["task_id"] is None:
+            return ClaimedInOneStep(row["caller"], None, None)
+        return ClaimedInOneStep(row["caller"], task_record(row), await self._told(step.message_id, now))
+
+    async def _told(self, message_id: str, now: datetime) -> int | None:
+        """The poster's message, pending since the claim, once it is in the poster's inbox: its sequence."""
+        try:
+            return await self.deliverer.deliver(message_id, now)
+        except Exception:
+            # The claim is committed: an error here would leave the caller holding a task it was told it did not
+            # get. The message stays pending, for the next delivery or the sweeper; no wake-up leaves for it.
+            log.exception("the poster's message of a task claim stays pending")
+            return None
 
     async def follow(self, agent_id: str, until: datetime) -> None:
         sql, names = _driver_select(FOLLOW, self.engine.dialect)

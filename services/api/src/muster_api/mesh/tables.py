@@ -64,6 +64,22 @@ inbox = Table(
     Index("ix_mesh_inbox_recipient_message", "recipient", "message_id"),
 )
 
+# A message stored before its recipient's sequence is bumped: a task claim writes the poster's message here in its
+# own statement (locking no agent row), and ``muster_api.mesh.inbox_pending`` moves every pending row into the
+# inbox in one statement shared by the claims of the moment (sequences bumped per recipient, in id order). Written
+# only on PostgreSQL, where concurrent claimers would otherwise queue on the poster's row until each commit.
+inbox_pending = Table(
+    "mesh_inbox_pending",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    Column("recipient", String(64), nullable=False),
+    Column("message_id", String(32), nullable=False),
+    Column("sender", String(64), nullable=False),
+    Column("body", Text, nullable=False),
+    Column("thread_id", String(128), nullable=True),
+    Column("sent_at", UTCDateTime, nullable=False),
+)
+
 idempotency = Table(
     "mesh_idempotency",
     metadata,
@@ -76,4 +92,4 @@ idempotency = Table(
     Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
 
-__all__ = ["agents", "idempotency", "inbox", "messages", "metadata"]
+__all__ = ["agents", "idempotency", "inbox", "inbox_pending", "messages", "metadata"]

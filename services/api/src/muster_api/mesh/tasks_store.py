@@ -59,10 +59,12 @@ ADD_EVENT_SQLITE = (
 # - ``a`` reads the caller (token, lease, TTL); every later part reads it through scalar subqueries, so that the
 #   candidate's pick is one InitPlan and SKIP LOCKED locks the one row it hands out: concurrent claimers skip each
 #   other's candidates, so each task goes to exactly one of them.
-# - ``l`` locks the caller's and the poster's rows in agent_id order, as every writer of two agent rows locks them
-#   (a send between the two cannot deadlock with this claim); ``u`` then renews the caller and bumps a live poster's
-#   sequence in one UPDATE (they may be the same row, which two UPDATEs of one statement may not both change).
-# - the poster's message and inbox entry exist only when ``u`` bumped the poster; the history row with the claim.
+# - ``u`` renews the caller: the only agent row the statement locks. The poster's message goes to
+#   ``mesh_inbox_pending``, not to its inbox: bumping the poster's sequence here would hold its row until the commit,
+#   and every claimer of that poster's tasks would queue on it. The caller then has the pending rows delivered
+#   (``muster_api.mesh.inbox_pending``), which locks the recipients' rows in agent_id order as every writer of
+#   several agent rows does, and checks there that the poster is live.
+# - the history row with the claim.
 # With no qualifying caller ``a`` is empty and so is everything else: no row comes back.
 _LAPSED_PG = (
     "{t}.state = 'claimed' AND NOT EXISTS (SELECT 1 FROM mesh_agents AS h WHERE h.agent_id = {t}.holder "
@@ -93,35 +95,17 @@ WITH a AS MATERIALIZED (
         FOR UPDATE OF q SKIP LOCKED
     ) AND {_CLAIMABLE_PG.format(t="mesh_tasks")}
     RETURNING mesh_tasks.*
-), l AS MATERIALIZED (
-    SELECT agent_id FROM mesh_agents
-    WHERE agent_id = (SELECT agent_id FROM a) OR agent_id = (SELECT poster FROM t)
-    ORDER BY agent_id
-    FOR UPDATE
 ), u AS (
-    UPDATE mesh_agents SET
-        last_seen_at = CASE WHEN agent_id = (SELECT agent_id FROM a) AND token_hash = $1 THEN $2
-            ELSE last_seen_at END,
-        expires_at = CASE WHEN agent_id = (SELECT agent_id FROM a) AND token_hash = $1 THEN $3 ELSE expires_at END,
-        last_seq = CASE WHEN agent_id = (SELECT poster FROM t) THEN last_seq + 1 ELSE last_seq END
-    WHERE agent_id IN (SELECT agent_id FROM l)
-      AND ((agent_id = (SELECT agent_id FROM a) AND token_hash = $1)
-           OR (agent_id = (SELECT poster FROM t) AND expires_at > $2))
-    RETURNING agent_id, last_seq
-), told AS (
-    SELECT t.task_id, t.title, u.agent_id, u.last_seq FROM t JOIN u ON u.agent_id = t.poster
-), m AS (
-    INSERT INTO mesh_messages (message_id, sender, body, thread_id, sent_at)
-    SELECT $10::text, (SELECT agent_id FROM a), $11::text || told.title, 'task:' || told.task_id, $2 FROM told
-    RETURNING message_id
-), i AS (
-    INSERT INTO mesh_inbox (recipient, seq, message_id)
-    SELECT told.agent_id, told.last_seq, m.message_id FROM told, m
+    UPDATE mesh_agents SET last_seen_at = $2, expires_at = $3
+    WHERE agent_id = (SELECT agent_id FROM a) AND token_hash = $1
+), p AS (
+    INSERT INTO mesh_inbox_pending (recipient, message_id, sender, body, thread_id, sent_at)
+    SELECT t.poster, $10::text, t.holder, $11::text || t.title, 'task:' || t.task_id, $2 FROM t
 ), e AS (
     INSERT INTO mesh_task_events (task_id, at, kind, agent, note)
     SELECT t.task_id, $2, 'claimed', t.holder, $12::text || t.fence FROM t
 )
-SELECT a.agent_id AS caller, (SELECT last_seq FROM told) AS told_seq, t.*
+SELECT a.agent_id AS caller, t.*
 FROM a LEFT JOIN t ON true
 """  # noqa: S608
 
