@@ -4,7 +4,7 @@ an inbox read (the lease renewal and the page in one statement, outside any tran
 its own, and BEGIN and COMMIT would be two more round trips). No wake-up rides these statements: the mesh publishes
 them after the commit (see muster_api.db.notify).
 
-The one-statement send and read run on asyncpg's pool (``DriverPool``), a directory page on
+The one-statement send and read run on asyncpg connections of the store's own (``DriverPool``), a directory page on
 the asyncpg connection under the pooled one: through SQLAlchemy, checking the connection out, compiling the statement
 and processing its rows cost more CPU than PostgreSQL spends running it."""
 
