@@ -135,3 +135,35 @@ async def test_check_names_only_other_live_exclusive_holders_and_renews_the_call
             401,
             "invalid_token",
         )
+
+
+async def test_a_check_meets_claims_made_through_another_instance_between_two_checks(db_url: str) -> None:
+    """Each check matches the claims it reads (the paths' answers kept by a matcher are its patterns' own): a claim
+    made through another instance, and the same pattern held by another agent once the first let it go, show in the
+    next check of the same paths."""
+    clock = FakeClock()
+    async with mesh_app(db_url, clock) as one, mesh_app(db_url, clock) as two:
+        me = await join(one, "me", repo="r", ttl_seconds=3600)
+        first = await join(two, "first", repo="r", ttl_seconds=3600)
+        second = await join(two, "second", repo="r", ttl_seconds=3600)
+        await claim(two, first, "docs/**")
+        paths = ["src/a.py", "docs/x.md", "src/b/c.py"]
+
+        async def holders() -> list[str | None]:
+            r = await one.post("/mesh/claims/check", json={"repo": "r", "paths": paths}, headers=auth(me))
+            assert r.status_code == 200, r.text
+            return [p["holder"] for p in r.json()["paths"]]
+
+        assert await holders() == [None, "first", None]
+        assert await holders() == [None, "first", None]
+        await claim(two, first, "src/**")
+        assert await holders() == ["first", "first", "first"]
+        release = {"paths": ["src/**"], "confirm": True}
+        assert (await two.post("/mesh/claims/release", json=release, headers=auth(first))).status_code == 200
+        await claim(two, second, "src/**", reason="mine now")
+        answers = (await one.post("/mesh/claims/check", json={"repo": "r", "paths": paths}, headers=auth(me))).json()
+        assert [(p["holder"], p["reason"]) for p in answers["paths"]] == [
+            ("second", "mine now"),
+            ("first", None),
+            ("second", "mine now"),
+        ]

@@ -46,11 +46,13 @@ _GLOB = re.compile(r"[*?\[]")
 # A path that plainly keeps every rule (no glob, control or backslash, nothing blank, negated or absolute, no '.',
 # '..' or empty segment): one C match where the rules one by one cost several Python steps, a hundred times per
 # check. What it does not accept is judged by the rules themselves, which name the one broken.
-_PLAIN_SEGMENT = r"(?!\.\.?(?:/|\n|\Z))[^/\x00-\x1f\x7f\\*?\[]+"
-_PLAIN = rf"(?=[^!/\s])(?:{_PLAIN_SEGMENT}/)*{_PLAIN_SEGMENT}/*"
+# Possessive (``++``, ``*+``): what a run gives back could never match what follows it (a segment's characters
+# exclude the slash and the newline after it), and trying that was almost half the match.
+_PLAIN_SEGMENT = r"(?!\.\.?(?:/|\n|\Z))[^/\x00-\x1f\x7f\\*?\[]++"
+_PLAIN = rf"(?=[^!/\s]){_PLAIN_SEGMENT}(?:/{_PLAIN_SEGMENT})*+/*+"
 PLAIN_PATH = re.compile(_PLAIN)
 # The same for a whole list at once, its paths joined by newlines (``all_plain``).
-PLAIN_PATHS = re.compile(rf"{_PLAIN}(?:\n{_PLAIN})*")
+PLAIN_PATHS = re.compile(rf"{_PLAIN}(?:\n{_PLAIN})*+")
 
 
 def _concrete(value: str) -> str:

@@ -13,11 +13,11 @@ time in those round trips, each a context switch on a loaded machine).
 
 A statement is atomic: each keeps the guarantees of the transaction it replaces.
 
-They run on asyncpg's own pool (``DriverPool``), not the engine's, as do the two reads every run's stream makes (the
-run, its rows): SQLAlchemy's checkout, statement and result machinery around a statement cost the API and the worker
-more CPU than the statement itself (each run pays five of them). The statements are SQLAlchemy's compilation of the
-texts below, so the parameters are the same names on both paths; what asyncpg answers is decoded here (the JSON
-columns arrive as text).
+They run on asyncpg connections of the store's own (``DriverPool``), not the engine's, as do the two reads every
+run's stream makes (the run, its rows): SQLAlchemy's checkout, statement and result machinery around a statement cost
+the API and the worker more CPU than the statement itself (each run pays five of them). The statements are
+SQLAlchemy's compilation of the texts below, so the parameters are the same names on both paths; what asyncpg answers
+is decoded here (the JSON columns arrive as text).
 """
 
 from __future__ import annotations

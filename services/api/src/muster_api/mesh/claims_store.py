@@ -53,9 +53,9 @@ def live_statement(by_repo: bool, by_holder: bool) -> Any:
 # What a check matches against: the live exclusive claims of ``p_repo`` held by agents other than ``p_me``.
 OTHERS_EXCLUSIVE = live_statement(True, False).where(claims.c.exclusive == true(), claims.c.holder != bindparam("p_me"))
 
-# The same on PostgreSQL after the caller's renewal, in one statement on asyncpg's pool: $1 now, $2 the new expiry,
-# $3 the token hash, $4 the TTL the expiry was computed for, $5 the repo. One row per claim, or one with NULL claim
-# columns; none when the token or TTL does not qualify.
+# The same on PostgreSQL after the caller's renewal, in one statement on ``DriverPool``: $1 now, $2 the new expiry,
+# $3 the token hash, $4 the TTL the expiry was computed for, $5 the repo. One row per claim (its columns in
+# ``ClaimRecord``'s order), or one with NULL claim columns; none when the token or TTL does not qualify.
 # The renewal is all this statement writes, and it commits without waiting for its WAL flush (``synchronous_commit``
 # off for this transaction alone, set by the row's own condition, so no renewal is written without it): the flush was
 # most of a check's wall time. A crash may lose the last such extensions, which only shortens a lease; any later

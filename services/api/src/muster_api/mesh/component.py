@@ -95,7 +95,7 @@ async def running(runtime: Runtime) -> AsyncIterator[MeshParts]:
             # Runtime.now is a plain callable returning UTC-aware datetimes: it is a muster_mesh Clock as it stands.
             mesh = Mesh(store, notifier, clock=runtime.now, limits=settings.limits())
             tasks = Tasks(mesh, TaskLimits(max_attempts=settings.task_max_attempts))
-            driver = getattr(store, "driver", None)  # asyncpg's pool of the PostgreSQL store
+            driver = getattr(store, "driver", None)  # the PostgreSQL store's DriverPool
             held = getattr(store, "on_held", None)  # the SQLite store's held connection
             search = MeshSearch(mesh, make_search(runtime.engine, runtime.dialect, driver, held))
             threads = MeshThreads(mesh, SqlThreads(runtime.engine))

@@ -221,7 +221,7 @@ class PostgresMessageSearch(SqlMessageSearch):
         self.driver = driver
 
     async def rows(self, stmt: TextualSelect, params: dict[str, Any]) -> Sequence[Any]:
-        # On asyncpg's pool, as the mesh's hot statements are: SQLAlchemy's pool checkout, statement and result
+        # On ``DriverPool``, as the mesh's hot statements are: SQLAlchemy's pool checkout, statement and result
         # machinery cost more CPU than the round trip.
         if self.driver is None:
             return await super().rows(stmt, params)
@@ -242,7 +242,7 @@ def _positional(stmt: TextualSelect, dialect: SaDialect) -> tuple[str, tuple[str
 def make_search(
     engine: AsyncEngine, dialect: Dialect, driver: DriverPool | None = None, held: HeldCall | None = None
 ) -> SqlMessageSearch:
-    """The search of this database; ``driver``: asyncpg's pool of the mesh store, for PostgreSQL's statements;
+    """The search of this database; ``driver``: the mesh store's ``DriverPool``, for PostgreSQL's statements;
     ``held``: runs a call on the SQLite mesh store's held connection."""
     made: Callable[[], SqlMessageSearch] = dialect.pick(
         sqlite=lambda: SqliteMessageSearch(engine, held), postgresql=lambda: PostgresMessageSearch(engine, driver)

@@ -5,7 +5,7 @@ its own, and BEGIN and COMMIT would be two more round trips). No wake-up rides t
 them after the commit (see muster_api.db.notify). A task claim is one statement too, whose message to the poster waits
 in ``mesh_inbox_pending`` for a delivery the claims of the moment share (``muster_api.mesh.inbox_pending``).
 
-The one-statement send and read run on asyncpg's pool (``DriverPool``), a directory page on
+The one-statement send and read run on asyncpg connections of the store's own (``DriverPool``), a directory page on
 the asyncpg connection under the pooled one: through SQLAlchemy, checking the connection out, compiling the statement
 and processing its rows cost more CPU than PostgreSQL spends running it."""
 
@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
-from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG, claim_record
+from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG
 from muster_api.mesh.inbox_pending import Deliverer, deliver_pending
 from muster_api.mesh.store import (
     FOLLOW,
@@ -275,7 +275,9 @@ class PostgresMeshStore(SqlMeshStore):
         rows = await self.driver.fetch(RENEW_AND_CLAIMS_PG, now, now + timedelta(seconds=ttl), token_hash, ttl, repo)
         if not rows:
             return None
-        return [claim_record(r) for r in rows if r["claim_id"] is not None]
+        # The statement's columns are ClaimRecord's fields in order (exclusive a bool already): built by position,
+        # at half the CPU of reading each column by name.
+        return [ClaimRecord(*r) for r in rows if r[0] is not None]
 
     async def claim_in_one_step(self, step: ClaimStep) -> ClaimedInOneStep | None:
         # As a read: the expiry from the TTL seen for this token (the statement re-checks it).

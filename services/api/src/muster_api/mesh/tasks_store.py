@@ -52,7 +52,7 @@ ADD_EVENT_SQLITE = (
     "INSERT INTO mesh_task_events (task_id, at, kind, agent, note) VALUES (:task_id, :at, :kind, :agent, :note)"
 )
 
-# On PostgreSQL, one statement of data-modifying CTEs, on asyncpg's pool. $1 the caller's token hash, $2 now, $3 its
+# On PostgreSQL, one statement of data-modifying CTEs, on ``DriverPool``. $1 the caller's token hash, $2 now, $3 its
 # new expiry, $4 the TTL that expiry was computed for, $5 the attempts cap, $6 the reason a task fails at the cap,
 # $7-$9 the claim's role, repo and cap filters, $10 the poster's message_id, $11 the message's text before the
 # title, $12 the history note's before the token.
