@@ -9,7 +9,6 @@ from pydantic import ValidationError
 
 from muster_mesh.claims import PLAIN_PATH, CheckRequest, all_plain
 from muster_mesh.patterns import (
-    KNOWN_PATHS,
     MAX_PATTERN_CHARS,
     first_match,
     matches,
@@ -165,21 +164,6 @@ def test_the_combined_matcher_finds_the_first_pattern_as_matches_does() -> None:
     # The end rule: README.md/x passes the bare name's regex but not the rule, so the catch-all answers.
     assert first_match(("README.md", "**")).first("README.md/x") == 1
     assert first_match(("README.md", "**")).each(["README.md/x", "README.md"]) == [1, 0]
-
-
-def test_a_matchers_kept_answers_are_its_own_patterns_answers() -> None:
-    """``each`` keeps each path's answer in its matcher: asked again, by another matcher, or past the number it
-    keeps, every answer is still what ``matches`` says for that matcher's patterns."""
-    ones = [f"src/m{i}/f.py" for i in range(KNOWN_PATHS + 40)]
-    paths = ["README.md", "src/a.py", "docs/x", *ones]
-    for patterns in [("src/**",), ("docs/", "README.md"), ("*.md", "src/m1*/**")]:
-        matcher = first_match(patterns)
-        expected = [next((i for i, p in enumerate(patterns) if matches(p, path)), None) for path in paths]
-        for start in range(0, len(paths), 50):
-            for _ in range(2):
-                assert matcher.each(paths[start : start + 50]) == expected[start : start + 50], patterns
-        assert matcher.each(paths[:3]) == expected[:3]
-        assert len(matcher._known) <= KNOWN_PATHS
 
 
 def test_a_plainly_good_path_keeps_every_rule() -> None:

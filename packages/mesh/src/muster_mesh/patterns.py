@@ -94,10 +94,6 @@ def matches(pattern: str, path: str) -> bool:
     return hit.end() >= len(path.rstrip("/")) or covers_below(pattern)
 
 
-KNOWN_PATHS = MAX_CLAIMS_PER_AGENT
-"""Paths whose first pattern a ``FirstMatch`` keeps (a check's worth; emptied when full)."""
-
-
 class FirstMatch:
     """The first of several patterns each concrete path falls under, as ``matches`` decides it, with one regular
     expression per path instead of one per pattern: every pattern's regex (all anchored at the start, none with a
@@ -119,7 +115,6 @@ class FirstMatch:
         self._below = tuple(covers_below(p) for p in patterns)
         # Any group inside a pattern's own regex would shift the numbering: then match pattern by pattern.
         self._regex = combined if combined is not None and combined.groups == len(parts) else None
-        self._known: dict[str, int | None] = {}
 
     def first(self, path: str) -> int | None:
         """The index of the first pattern ``path`` falls under; None when none does."""
@@ -134,19 +129,7 @@ class FirstMatch:
         return self._one_by_one(path, index + 1)
 
     def each(self, paths: Sequence[str]) -> list[int | None]:
-        """``first`` of each path (a check asks it of a hundred paths at once). The answers are kept by path, at
-        most ``KNOWN_PATHS`` of them: a check's paths come back (the files of a task, checked after each turn), and
-        looking one up costs a tenth of matching it. Exact, since a matcher's patterns never change: other claims
-        are another matcher."""
-        known = self._known
-        fresh = [path for path in paths if path not in known]
-        if fresh:
-            if len(known) + len(fresh) > KNOWN_PATHS:
-                known.clear()
-            known.update(zip(fresh, self._match_each(fresh), strict=True))
-        return [known[path] for path in paths]
-
-    def _match_each(self, paths: Sequence[str]) -> list[int | None]:
+        """``first`` of each path, in one loop (a check asks it of a hundred paths at once)."""
         if self._regex is None:
             return [self._one_by_one(path, 0) for path in paths]
         match, owners, below = self._regex.match, self._owners, self._below
@@ -300,7 +283,6 @@ def overlaps(a: str, b: str) -> bool:
 
 
 __all__ = [
-    "KNOWN_PATHS",
     "MAX_CLAIMS_PER_AGENT",
     "MAX_PATTERNS",
     "MAX_PATTERN_CHARS",
