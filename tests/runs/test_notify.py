@@ -12,7 +12,16 @@ import pytest
 from muster_api.db.engine import create_engine
 from muster_api.db.migrate import upgrade
 from muster_api.dispatch.component import run_store
-from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunListener, RunNotifier, RunTail, RunWaiters, control_key, encode_rows
+from muster_api.dispatch.notify import (
+    NEW_RUN,
+    RunEnd,
+    RunListener,
+    RunNotifier,
+    RunTail,
+    RunWaiters,
+    control_key,
+    encode_rows,
+)
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 from tests.support.databases import PostgresServer
