@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.runs.agents import EVENTS
@@ -137,3 +139,26 @@ async def test_replay_runs_nothing_and_checks_divergence(
         assert any(e["data"]["event"].get("code") == "prompt" for e in events)
         response = await client.post("/dispatch/runs", json={"replay_of": "f" * 32})
         assert response.status_code == 404 and response.json()["errors"][0]["field"] == "replay_of"
+
+
+async def test_a_run_outliving_its_lease_keeps_it_while_its_worker_renews_it(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's lease is renewed while it runs (by the task that also follows its controls): the run stays its
+    worker's past several leases, and is not interrupted."""
+    lease = 1.0
+    root = dispatch_env(monkeypatch, tmp_path, workers=1, lease=lease)
+    async with dispatch_app(db_url, tmp_path) as client:
+        run = await start(client, agent="hold", prompt="gate", workspace="held")
+        await read_sse(client, run["id"], stop_after=2)  # turn.input, then "started"
+        first = datetime.fromisoformat((await client.get(f"/dispatch/runs/{run['id']}")).json()["lease_expires_at"])
+        with anyio.fail_after(30):
+            while True:  # renewed until three leases after the first one's end
+                now = (await client.get(f"/dispatch/runs/{run['id']}")).json()
+                assert now["status"] == "running", now
+                if datetime.fromisoformat(now["lease_expires_at"]) > first + timedelta(seconds=3 * lease):
+                    break
+                await anyio.sleep(0.05)
+        (root / "held" / "gate").touch()
+        done = await finished(client, run["id"])
+        assert done["status"] == "completed" and done["text"] == "released"

@@ -113,3 +113,27 @@ async def test_rows_read_for_a_stream_say_what_a_handed_row_says(db_url: str) ->
     finally:
         await store.aclose()
         await engine.dispose()
+
+
+async def test_the_stream_of_a_run_over_when_it_opens_is_one_item(db_url: str) -> None:
+    """Rows and result in the first item, which the route answers without keeping a stream open."""
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    notifier = RunNotifier(engine)
+    store = run_store(engine, notifier)
+    try:
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
+        run_id = await _queue(store, new_run_id(), "w")
+        claimed = await store.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        rows = [Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)}) for seq in (1, 2)]
+        assert await store.finish(run_id, "w1", _completed(), rows, ending(claimed[0], _completed(), 2))
+        over: list[bool] = []
+        stream = sse_stream(state, run_id, 0, over)
+        first = (await anext(stream)).decode()
+        await stream.aclose()
+        assert over == [True]
+        assert first.startswith("retry: 1000\n\n") and first.count("\nid: ") == 2
+        assert first.endswith("\n\n") and first.count("event: result\n") == 1 and first.index("event: result") > 0
+    finally:
+        await store.aclose()
+        await engine.dispose()

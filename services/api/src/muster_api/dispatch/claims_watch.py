@@ -119,6 +119,8 @@ def warning(held: HeldPath) -> AgentEvent:
 
 async def warn_of_claims(lookup: ClaimsLookup, workspace: Path, journal: Recorder, scope: Mapping[str, object]) -> int:
     """Record a warning for each changed path another agent holds; how many were recorded."""
+    if not in_work_tree(workspace):  # no repository, nothing to check: no deadline armed for it (every run pays it)
+        return 0
     try:
         with anyio.fail_after(CHECK_SECONDS):
             found = await changed_paths(workspace)

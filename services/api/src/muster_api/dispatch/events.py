@@ -67,13 +67,17 @@ async def _frames(state: DispatchState, run_id: str, first: list[tuple[int, str]
             yield b"".join(sse_event(observation) for observation in batch), batch[-1].seq
 
 
-async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGenerator[bytes, None]:
+async def sse_stream(
+    state: DispatchState, run_id: str, after: int, over: list[bool] | None = None
+) -> AsyncGenerator[bytes, None]:
     """Every event after ``after``, then the final ``result`` event carrying the run, then the end.
 
     Its first item comes once the stream is subscribed to the run's wake-ups and has read the run (raising
     ``UnknownRunError`` when there is none): the route waits for it before it answers. Read after the subscription,
     the run is the only read a queued run's stream needs: its journal is empty, and every row written from then on
-    comes with a wake-up this stream hears."""
+    comes with a wake-up this stream hears. What there is to send leaves in one write when the stream is about to
+    wait, or at its end (each write crosses every middleware and the socket): a run over when its stream opens is
+    one item, and ``over`` (when given) says so by then."""
     wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
     async with state.notifier.subscribe(run_id) as sub:
         tail = state.notifier.tail(run_id)
@@ -81,29 +85,40 @@ async def sse_stream(state: DispatchState, run_id: str, after: int) -> AsyncGene
         known, rows = await state.store.run_and_json(run_id, after, PAGE)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
-        yield RETRY
+        out = [RETRY]
         # None: send the rows read; else what the last wake-up handed over. A queued run has no rows yet.
         handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
+            ended: str | None = None
             if handed is None:
                 # The run read before its rows, in one read (and wake-ups counted from before it): once it is over,
                 # the rows read after it are all of them.
                 if known is None:
                     looks = tail.looks
                     known, rows = await state.store.run_and_json(run_id, after, PAGE)
+                paged = False
                 async for frames, last in _frames(state, run_id, rows):
-                    yield frames
-                    after = last
+                    if paged:  # a long journal leaves a page at a time
+                        yield b"".join(out)
+                        out = []
+                    out.append(frames)
+                    after, paged = last, True
                 if known is not None and known.finished:
-                    yield _result(known.model_dump_json())
-                    return
-            elif handed:  # one write for the batch: each write crosses every middleware and the socket
-                yield b"".join(sse_event(observation) for observation in handed)
+                    ended = known.model_dump_json()
+            elif handed:
+                out.append(b"".join(sse_event(observation) for observation in handed))
                 after = handed[-1].seq
-            known = None  # a run read earlier may have ended since, unheard: read again before rows are read
-            if tail.end is not None and tail.end.seq == after:  # the end, handed over: every row is sent
-                yield _result(tail.end.run)
+            if ended is None and tail.end is not None and tail.end.seq == after:  # the end, handed over
+                ended = tail.end.run
+            if ended is not None:
+                if over is not None:
+                    over.append(True)
+                yield b"".join([*out, _result(ended)])
                 return
+            known = None  # a run read earlier may have ended since, unheard: read again before rows are read
+            if out:
+                yield b"".join(out)
+                out = []
             with anyio.move_on_after(wait) as waited:
                 await sub.wait()
             handed = tail.since(after) if tail.looks == looks and not waited.cancelled_caught else None

@@ -7,7 +7,7 @@ from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state, egress_setting
@@ -46,6 +46,7 @@ POST_ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"description": "invalid input (the field and the rule are named), or a broken agent definition", **PROBLEM},
 }
 OVER: dict[int | str, dict[str, Any]] = {409: {"description": "the run is over", **PROBLEM}}
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 def agents_out(state: DispatchState) -> AgentsOut:
@@ -138,7 +139,7 @@ async def run_events(
     state: DispatchDep,
     format: Annotated[Literal["sse", "jsonl"], Query()] = "sse",
     last_event_id: Annotated[str | None, Header(pattern=r"^\d{1,12}$")] = None,
-) -> StreamingResponse:
+) -> Response:
     if format == "jsonl":
         await _run(state, run_id)
         return StreamingResponse(
@@ -146,13 +147,13 @@ async def run_events(
             media_type="application/jsonl",
             headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
         )
-    stream = sse_stream(state, run_id, int(last_event_id or 0))
+    over: list[bool] = []
+    stream = sse_stream(state, run_id, int(last_event_id or 0), over)
     first = await anext(stream)  # subscribed, and the run read: a 404 is still an answer of its own
-    return StreamingResponse(
-        _continued(first, stream),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
-    )
+    if over:  # the run was over: its whole stream is this item, answered without a stream kept open for more
+        await stream.aclose()
+        return Response(first, media_type="text/event-stream", headers=SSE_HEADERS)
+    return StreamingResponse(_continued(first, stream), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 async def _continued(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:

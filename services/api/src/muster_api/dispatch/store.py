@@ -36,6 +36,16 @@ def observation_json(observation: Observation) -> str:
     return KEEP_NON_ASCII(observation.to_dict())
 
 
+def stored_row_json(seq: int, at: str, source: str, scope: str, event: str) -> tuple[int, str]:
+    """A stored row as ``observation_json`` writes it, its JSON columns as the database hands their text over:
+    neither decoded nor encoded again (a stream reads a run's rows more often than anything else does)."""
+    return (
+        seq,
+        f'{{"seq": {seq}, "at": {KEEP_NON_ASCII(at)}, "source": {KEEP_NON_ASCII(source)}, "scope": {scope}, '
+        f'"event": {event}}}',
+    )
+
+
 def new_run_id() -> str:
     """Time-ordered (48 bits of milliseconds, then 80 random bits), so that newest first is ``id DESC``."""
     return f"{int(time.time() * 1000):012x}{os.urandom(10).hex()}"

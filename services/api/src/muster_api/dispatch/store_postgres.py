@@ -41,7 +41,7 @@ from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.db.schema import UTCDateTime
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, encode_rows
-from muster_api.dispatch.store import SqlRunStore, run_of
+from muster_api.dispatch.store import SqlRunStore, run_of, stored_row_json
 from muster_api.dispatch.tables import events, runs
 from muster_dispatch import Observation
 
@@ -129,6 +129,22 @@ _FINISH_AND_CLAIM = (
 )
 
 _GET = select(runs).where(runs.c.id == bindparam("run_id"))
+# A stream's read: the run and up to :limit of its rows after :after, in one statement (one snapshot: once the run
+# is over, the rows read with it are all of them), a row per journal row (one with NULLs for none). The JSON columns
+# as jsonb's text, which a stream sends as it is: decoding each row to encode it again cost the API more than the read.
+_RUN_AND_ROWS_SQL = """
+SELECT {columns}, e.seq, e.at, e.source, CAST(e.scope AS text), CAST(e.event AS text)
+FROM dispatch_runs LEFT JOIN LATERAL (
+    SELECT seq, at, source, scope, event FROM dispatch_events
+    WHERE dispatch_events.run_id = dispatch_runs.id AND dispatch_events.seq > :after
+    ORDER BY seq LIMIT :limit
+) AS e ON true
+WHERE dispatch_runs.id = :run_id
+ORDER BY e.seq"""
+_RUN_AND_ROWS = text(
+    _RUN_AND_ROWS_SQL.format(columns=", ".join(f"dispatch_runs.{column.name}" for column in runs.columns))
+)
+_RUN_NAMES = tuple(column.name for column in runs.columns)
 _EVENTS_AFTER = (
     select(events.c.seq, events.c.at, events.c.source, events.c.scope, events.c.event)
     .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after"))
@@ -204,6 +220,16 @@ class PostgresRunStore(SqlRunStore):
     async def get(self, run_id: str) -> Run | None:
         rows = await self._fetch(_GET, {"run_id": run_id})
         return run_of(_run_row(rows[0])) if rows else None
+
+    async def run_and_json(
+        self, run_id: str, after: int, limit: int = 1000
+    ) -> tuple[Run | None, list[tuple[int, str]]]:
+        records = await self._fetch(_RUN_AND_ROWS, {"run_id": run_id, "after": after, "limit": limit})
+        if not records:
+            return None, []
+        width = len(_RUN_NAMES)
+        run = run_of(_run_row(zip(_RUN_NAMES, records[0][:width], strict=True)))
+        return run, [stored_row_json(*record[width:]) for record in records if record[width] is not None]
 
     async def events_after(self, run_id: str, after: int, limit: int = 1000) -> list[Observation]:
         rows = await self._fetch(_EVENTS_AFTER, {"run_id": run_id, "after": after, "limit": limit})

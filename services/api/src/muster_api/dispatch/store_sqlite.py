@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.sqlite_driver import NAMED, DriverStatement, in_transaction, on_driver_thread
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd
-from muster_api.dispatch.store import KEEP_NON_ASCII, SqlRunStore, run_of
+from muster_api.dispatch.store import KEEP_NON_ASCII, SqlRunStore, run_of, stored_row_json
 from muster_api.dispatch.tables import controls, events, runs
 from muster_dispatch import Observation
 
@@ -124,13 +124,9 @@ def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]
 
 
 def _row_json(row: tuple[Any, ...]) -> tuple[int, str]:
-    """A stored row as ``observation_json`` writes it, its JSON columns as stored: neither decoded nor encoded again.
-    The same text for the rows written here; a row stored otherwise differs at most in how it escapes non-ASCII."""
-    seq, at, source, scope, event = row
-    return (
-        seq,
-        f'{{"seq": {seq}, "at": {_json_text(at)}, "source": {_json_text(source)}, "scope": {scope}, "event": {event}}}',
-    )
+    """A stored row as ``observation_json`` writes it (``stored_row_json``). The same text for the rows written here;
+    a row stored otherwise differs at most in how it escapes non-ASCII."""
+    return stored_row_json(*row)
 
 
 def _observation(row: tuple[Any, ...]) -> Observation:

@@ -257,8 +257,7 @@ async def _execute(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(journal.keep_flushing)
-            group.start_soon(_follow_controls, state, run, running, journal, has_controls)
-            group.start_soon(_keep_lease, state, run, owner, running)
+            group.start_soon(_tend, state, run, owner, running, journal, has_controls)
             if presence is not None:
                 group.start_soon(presence.keep)
             try:
@@ -320,26 +319,30 @@ async def _end(
     return claimed
 
 
-async def _keep_lease(state: WorkerState, run: Run, owner: str, running: Dispatch) -> None:
-    while True:
-        await anyio.sleep(state.settings.renew_every)
-        try:
-            with shielded():
-                kept = await state.store.renew(run.id, owner, state.now() + state.lease)
-        except Exception:
-            log.exception("lease renewal of run %s failed; retrying", run.id)
-            continue
-        if not kept:
-            log.warning("run %s: lease lost (interrupted elsewhere); cancelling it here", run.id)
-            await running.cancel()
-            return
+async def _renewed(state: WorkerState, run: Run, owner: str, running: Dispatch) -> bool:
+    """The run's lease renewed; False once it is lost (the run interrupted elsewhere), which cancels the run here. A
+    renewal that failed is tried again at the next one."""
+    try:
+        with shielded():
+            kept = await state.store.renew(run.id, owner, state.now() + state.lease)
+    except Exception:
+        log.exception("lease renewal of run %s failed; retrying", run.id)
+        return True
+    if not kept:
+        log.warning("run %s: lease lost (interrupted elsewhere); cancelling it here", run.id)
+        await running.cancel()
+    return kept
 
 
-async def _follow_controls(
-    state: WorkerState, run: Run, running: Dispatch, journal: SqlJournal, look_first: bool
+async def _tend(
+    state: WorkerState, run: Run, owner: str, running: Dispatch, journal: SqlJournal, look_first: bool
 ) -> None:
+    """Follow the run's controls (wherever they were posted: the notifier wakes this task, the controls are rows) and
+    renew its lease every ``renew_every``, in one task: most runs end before either has anything to do, and a task
+    each was started and cancelled for every run."""
     seen = 0
     look = look_first
+    renew_at: float | None = anyio.current_time() + state.settings.renew_every
     async with state.notifier.subscribe(control_key(run.id)) as sub:
         while True:
             if look:
@@ -349,7 +352,13 @@ async def _follow_controls(
                     seen = control_id
                     await _apply(kind, text, running, journal)
             look = True
-            with anyio.move_on_after(idle_wait(state)):
+            if renew_at is not None and anyio.current_time() >= renew_at:
+                kept = await _renewed(state, run, owner, running)
+                renew_at = anyio.current_time() + state.settings.renew_every if kept else None
+            wait = idle_wait(state)
+            if renew_at is not None:
+                wait = min(wait, max(renew_at - anyio.current_time(), 0.0))
+            with anyio.move_on_after(wait):
                 await sub.wait()
 
 
