@@ -105,10 +105,8 @@ def _run_row(row: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-# As ``observation_json`` writes it (non-ASCII kept): a stream sends the stored text as it is (``_row_json``).
-_json_text = KEEP_NON_ASCII
-
-
+# The JSON columns as ``observation_json`` writes them (non-ASCII kept): a stream sends the stored text as it is
+# (``stored_row_json``), the same text for rows written here; a row stored otherwise differs at most in its escapes.
 def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]:
     return [
         {
@@ -116,17 +114,11 @@ def _event_params(run_id: str, batch: list[Observation]) -> list[dict[str, Any]]
             "seq": o.seq,
             "at": o.at,
             "source": o.source,
-            "scope": _json_text(o.scope),
-            "event": _json_text(o.event),
+            "scope": KEEP_NON_ASCII(o.scope),
+            "event": KEEP_NON_ASCII(o.event),
         }
         for o in batch
     ]
-
-
-def _row_json(row: tuple[Any, ...]) -> tuple[int, str]:
-    """A stored row as ``observation_json`` writes it (``stored_row_json``). The same text for the rows written here;
-    a row stored otherwise differs at most in how it escapes non-ASCII."""
-    return stored_row_json(*row)
 
 
 def _observation(row: tuple[Any, ...]) -> Observation:
@@ -246,7 +238,7 @@ class SqliteRunStore(SqlRunStore):
         self, run_id: str, after: int, limit: int = 1000
     ) -> tuple[Run | None, list[tuple[int, str]]]:
         found, rows = await self._reader.call(_read(run_id, after, limit))
-        return (run_of(_run_row(found)) if found is not None else None), [_row_json(row) for row in rows]
+        return (run_of(_run_row(found)) if found is not None else None), [stored_row_json(*row) for row in rows]
 
     async def controls_after(self, run_id: str, after: int) -> list[tuple[int, str, str | None]]:
         rows = await self._reader.call(lambda conn: _CONTROLS_AFTER.run(conn, {"p_run": run_id, "p_after": after}))
