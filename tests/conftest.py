@@ -69,12 +69,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield sqlite_copy(request.getfixturevalue("sqlite_template"), tmp_path / "muster.db")
         return
-    server: PostgresServer = request.getfixturevalue("postgres_server")
-    url = server.create(migrated=True)
+    yield request.getfixturevalue("pg_db_url")
+
+
+@pytest.fixture
+def pg_db_url(postgres_server: PostgresServer) -> Iterator[str]:
+    """A PostgreSQL database of its own at the migration head, for a test of PostgreSQL alone."""
+    url = postgres_server.create(migrated=True)
     try:
         yield url
     finally:
-        server.release(url)
+        postgres_server.release(url)
 
 
 @pytest.fixture(params=LEGS)

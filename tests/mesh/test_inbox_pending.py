@@ -5,7 +5,6 @@ dropped when the recipient is not live."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -22,18 +21,8 @@ from muster_mesh.testing import join
 from tests.mesh.support import auth, mesh_app
 from tests.mesh.support import join as join_over_rest
 from tests.mesh.test_conformance_sql import sql_factory
-from tests.support.databases import PostgresServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
-
-
-@pytest.fixture
-def pg_url(postgres_server: PostgresServer) -> Iterator[str]:
-    url = postgres_server.create(migrated=True)
-    try:
-        yield url
-    finally:
-        postgres_server.release(url)
 
 
 def pg_store(mesh: Mesh) -> PostgresMeshStore:
@@ -58,9 +47,9 @@ async def pending_count(store: PostgresMeshStore) -> int:
         return int((await conn.execute(select(func.count()).select_from(inbox_pending))).scalar_one())
 
 
-async def test_the_sweeper_delivers_leftovers_and_drops_a_dead_recipients(pg_url: str) -> None:
+async def test_the_sweeper_delivers_leftovers_and_drops_a_dead_recipients(pg_db_url: str) -> None:
     clock = FakeClock()
-    async with sql_factory(pg_url)(clock) as mesh:
+    async with sql_factory(pg_db_url)(clock) as mesh:
         store = pg_store(mesh)
         boss = await join(mesh, "boss", ttl_seconds=3600)
         await join(mesh, "gone", ttl_seconds=60)
@@ -82,22 +71,22 @@ async def test_the_sweeper_delivers_leftovers_and_drops_a_dead_recipients(pg_url
         assert (gone_seq, gone_inbox) == (0, 0)
 
 
-async def test_a_starting_instance_delivers_leftovers(pg_url: str) -> None:
+async def test_a_starting_instance_delivers_leftovers(pg_db_url: str) -> None:
     clock = FakeClock()
-    async with mesh_app(pg_url, clock) as client:
+    async with mesh_app(pg_db_url, clock) as client:
         boss = await join_over_rest(client, "boss")
-    async with sql_factory(pg_url)(clock) as mesh:
+    async with sql_factory(pg_db_url)(clock) as mesh:
         left = await leave_pending(pg_store(mesh), "boss", mesh.now())
-    async with mesh_app(pg_url, clock) as client:
+    async with mesh_app(pg_db_url, clock) as client:
         page = (await client.get("/mesh/inbox", headers=auth(boss))).json()
     assert [(m["seq"], m["message_id"]) for m in page["messages"]] == [(1, left[0])]
 
 
-async def test_concurrent_claims_share_a_delivery_and_take_consecutive_seqs(pg_url: str) -> None:
+async def test_concurrent_claims_share_a_delivery_and_take_consecutive_seqs(pg_db_url: str) -> None:
     """Twenty messages waited for at once: one statement (or two, if the first began before the others joined)
     delivers them, with the sequences 1 to 20, one each."""
     clock = FakeClock()
-    async with sql_factory(pg_url)(clock) as mesh:
+    async with sql_factory(pg_db_url)(clock) as mesh:
         store = pg_store(mesh)
         await join(mesh, "boss")
         ids = await leave_pending(store, "boss", mesh.now(), count=20)
@@ -122,11 +111,11 @@ async def test_concurrent_claims_share_a_delivery_and_take_consecutive_seqs(pg_u
         assert statements <= 2
 
 
-async def test_a_message_another_statement_delivered_answers_its_seq(pg_url: str) -> None:
+async def test_a_message_another_statement_delivered_answers_its_seq(pg_db_url: str) -> None:
     """Another instance's delivery (or the sweeper's) took the row first: the waiting claim still learns its
     sequence, and a dropped one none."""
     clock = FakeClock()
-    async with sql_factory(pg_url)(clock) as mesh:
+    async with sql_factory(pg_db_url)(clock) as mesh:
         store = pg_store(mesh)
         await join(mesh, "boss")
         await join(mesh, "gone", ttl_seconds=60)
@@ -138,11 +127,11 @@ async def test_a_message_another_statement_delivered_answers_its_seq(pg_url: str
         assert await store.deliverer.deliver(dropped[0], mesh.now()) is None
 
 
-async def test_a_claim_whose_delivery_fails_answers_and_leaves_the_message_pending(pg_url: str) -> None:
+async def test_a_claim_whose_delivery_fails_answers_and_leaves_the_message_pending(pg_db_url: str) -> None:
     """The claim is committed when its delivery runs: a failed delivery must not turn it into an error (the caller
     would hold a task it was told it did not get). The message waits for the next delivery or the sweeper."""
     clock = FakeClock()
-    async with sql_factory(pg_url)(clock) as mesh:
+    async with sql_factory(pg_db_url)(clock) as mesh:
         store = pg_store(mesh)
         tasks = Tasks(mesh)
         worker = await join(mesh, "w", role="builder")

@@ -3,7 +3,6 @@ across processes on one SQLite file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -24,7 +23,6 @@ from muster_api.dispatch.notify import (
 )
 from muster_api.settings import Settings
 from muster_dispatch import Observation
-from tests.support.databases import PostgresServer
 
 pytestmark = pytest.mark.anyio
 
@@ -148,15 +146,6 @@ async def test_a_journal_write_hands_its_rows_to_a_reader_of_the_same_instance(d
         await store.aclose()
     finally:
         await engine.dispose()
-
-
-@pytest.fixture
-def pg_db_url(postgres_server: PostgresServer) -> Iterator[str]:
-    url = postgres_server.create(migrated=True)
-    try:
-        yield url
-    finally:
-        postgres_server.release(url)
 
 
 @pytest.mark.postgres
