@@ -147,11 +147,13 @@ class ServedAgentHandler(RequestHandler):
         """The run's task once it has ended. Each look reads the run and the rows it added since the last look, in
         that order: once the run is over, the rows read after it are all of them."""
         found: list[Observation] = []
+        after = 0
         async with self.state.notifier.subscribe(run_id) as sub:
             while True:
-                after = found[-1].seq if found else 0
                 run, batch = await self.state.store.run_and_events(run_id, after, HISTORY_PAGE)
                 assert run is not None
+                if batch:  # read on past the history's cap, so that no row is read twice
+                    after = batch[-1].seq
                 if len(found) < MAX_HISTORY_EVENTS:
                     found.extend(batch)
                 if run.finished:
