@@ -115,7 +115,9 @@ async def bench_overhead() -> bool:
         fake = root / "fake-claude"
         fake.write_text(f"#!/bin/sh\nexec cat {TRANSCRIPTS / 'claude-tool.jsonl'}\n", encoding="utf-8")
         fake.chmod(0o755)
-        agent = cli_agent(claude_harness(executable=fake))
+        # A key for the fake CLI (it reads none): without one, the run would look for this machine's Claude login and
+        # fail where there is none, or copy it into the run's home at every turn where there is.
+        agent = cli_agent(claude_harness(executable=fake), variables={"ANTHROPIC_API_KEY": "bench-no-such-key"})
         provider = local_provider(root / "homes")
         await _bare(str(fake), workspace)  # warm both paths once
         await _dispatched(agent, workspace, provider)
