@@ -1,18 +1,21 @@
 """PostgreSQL's pending messages (a task claim's message to the poster): delivered in statements shared by the
-claims of the moment, in sequence with no gap; left over by a killed process, delivered by the sweeper and at start;
-dropped when the recipient is not live."""
+claims of the moment, in sequence with no gap; left over by a killed process, delivered by the sweeper and at start,
+their recipients woken; dropped when the recipient is not live."""
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from sqlalchemy import func, select
 
-from muster_api.mesh.inbox_pending import DELIVER_PENDING, deliver_pending
+from muster_api.db.notify import PgNotifier
+from muster_api.mesh.inbox_pending import DELIVER_PENDING, Deliverer, deliver_pending
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.tables import agents, inbox, inbox_pending
 from muster_mesh import FakeClock, Mesh
@@ -28,6 +31,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 def pg_store(mesh: Mesh) -> PostgresMeshStore:
     assert isinstance(mesh.store, PostgresMeshStore)
     return mesh.store
+
+
+def notifier(client: httpx.AsyncClient) -> PgNotifier:
+    value = client._transport.app.state.mesh.notifier  # type: ignore[attr-defined]
+    assert isinstance(value, PgNotifier)
+    return value
 
 
 async def leave_pending(store: PostgresMeshStore, recipient: str, now: datetime, count: int = 1) -> list[str]:
@@ -150,3 +159,68 @@ async def test_a_claim_whose_delivery_fails_answers_and_leaves_the_message_pendi
         assert (await mesh.read_inbox(token=boss)).messages == []
         await mesh.sweep()
         assert [m.thread_id for m in (await mesh.read_inbox(token=boss)).messages] == [f"task:{posted.id}"]
+
+
+async def test_the_sweeper_wakes_the_agents_it_delivers_leftovers_to(pg_db_url: str) -> None:
+    """A long-poll waiting when the sweeper delivers a leftover answers with it, not at the end of its wait."""
+    clock = FakeClock()
+    async with sql_factory(pg_db_url)(clock) as mesh:
+        store = pg_store(mesh)
+        boss = await join(mesh, "boss", ttl_seconds=3600)
+        pages: list[list[str]] = []
+
+        async def poll() -> None:
+            page = await mesh.read_inbox(token=boss, wait_seconds=60)
+            pages.append([m.message_id for m in page.messages])
+
+        with anyio.fail_after(20):  # well inside the poll's 60 s: the answer comes from the wake-up
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll)
+                while mesh.notifier.waiting == 0:  # type: ignore[attr-defined]
+                    await anyio.sleep(0.01)
+                left = await leave_pending(store, "boss", mesh.now())
+                await mesh.sweep()
+        assert pages == [left]
+
+
+async def test_a_starting_instance_wakes_the_agents_it_delivers_leftovers_to(pg_db_url: str) -> None:
+    """The leftover reaches a long-poll on another instance: the starting one's wake-up goes by NOTIFY."""
+    clock = FakeClock(datetime.now(UTC))
+    async with mesh_app(pg_db_url, clock) as waiter:
+        boss = await join_over_rest(waiter, "boss")
+        answers: list[httpx.Response] = []
+
+        async def poll() -> None:
+            answers.append(await waiter.get("/mesh/inbox?wait_seconds=60", headers=auth(boss)))
+
+        with anyio.fail_after(40):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(poll)
+                while notifier(waiter).waiting == 0:
+                    await anyio.sleep(0.01)
+                async with sql_factory(pg_db_url)(clock) as mesh:
+                    left = await leave_pending(pg_store(mesh), "boss", mesh.now())
+                async with mesh_app(pg_db_url, clock):
+                    pass
+        assert [m["message_id"] for m in answers[0].json()["messages"]] == left
+
+
+async def test_a_claims_delivery_wakes_the_recipients_of_rows_no_claim_here_waits_for(pg_db_url: str) -> None:
+    """A claim's delivery takes every pending row, a killed process's leftovers too: their recipients are woken by
+    it (the claim's own poster is woken by the claim, with its message)."""
+    clock = FakeClock()
+    async with sql_factory(pg_db_url)(clock) as mesh:
+        store = pg_store(mesh)
+        await join(mesh, "boss")
+        other = await join(mesh, "other")
+        woken: list[list[str]] = []
+
+        async def wake(agent_ids: Sequence[str]) -> None:
+            woken.append(list(agent_ids))
+
+        deliverer = Deliverer(store.driver.fetch, wake)
+        leftover = await leave_pending(store, "other", mesh.now())
+        waited = await leave_pending(store, "boss", mesh.now())
+        assert await deliverer.deliver(waited[0], mesh.now()) == 1
+        assert woken == [["other"]]
+        assert [m.message_id for m in (await mesh.read_inbox(token=other)).messages] == leftover

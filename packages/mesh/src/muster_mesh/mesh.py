@@ -1006,7 +1006,8 @@ class Mesh:
 
     async def sweep(self) -> SweepReport:
         """Delete expired idempotency keys, read messages past retention and agents long expired, in batches (one
-        transaction each, so the sweeper never holds the database for long)."""
+        transaction each, so the sweeper never holds the database for long); the agents a batch delivered held-back
+        messages to are woken once it commits."""
         now = self._now()
         policy = SweepPolicy(
             now=now,
@@ -1018,6 +1019,11 @@ class Mesh:
         while True:
             async with self.store.transaction() as tx:
                 report = await tx.sweep(policy)
+            if report.woken:
+                try:
+                    await self.notifier.publish(sorted(report.woken))
+                except Exception:  # committed: the waiters see the messages at their next read
+                    log.warning("wake-up publish failed after a sweep delivered messages", exc_info=True)
             total.add(report)
             if max(report.agents, report.inbox_entries, report.messages, report.idempotency_keys) < policy.batch:
                 return total

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -150,6 +150,8 @@ class SweepReport:
     inbox_entries: int = 0
     messages: int = 0
     idempotency_keys: int = 0
+    # Agents whose inbox the sweep added to (messages a store held back for them): woken once it commits.
+    woken: set[str] = field(default_factory=set)
 
     def total(self) -> int:
         return self.agents + self.inbox_entries + self.messages + self.idempotency_keys
@@ -159,3 +161,4 @@ class SweepReport:
         self.inbox_entries += other.inbox_entries
         self.messages += other.messages
         self.idempotency_keys += other.idempotency_keys
+        self.woken |= other.woken

@@ -67,7 +67,7 @@ async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[S
     # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent by the notifier after the commit.
     pg = PgNotifier(runtime.engine)
     await tg.start(pg.run)
-    store = PostgresMeshStore(runtime.engine, runtime.dialect)
+    store = PostgresMeshStore(runtime.engine, runtime.dialect, wake=pg.publish)
     try:
         await store.deliver_leftovers(runtime.now())
     except BaseException:

@@ -9,19 +9,24 @@ for the next one together (group commit): the poster's row is taken once per del
 The statement takes the pending rows with a plain ``FOR UPDATE`` (not ``SKIP LOCKED``): when it returns, every row
 that was pending when it began is in an inbox, delivered by it or by another statement that committed first (another
 instance's, or the sweeper's). A row whose recipient is not live is dropped, as a send to it would be. Rows a killed
-process left are delivered by the next delivery of any instance, by the mesh sweeper and at start.
+process left are delivered by the next delivery of any instance, by the mesh sweeper and at start; whoever delivers
+them wakes their recipients (a claim wakes its own poster, with the message).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
+log = logging.getLogger("muster.mesh")
+
 Fetch = Callable[..., Awaitable[list[Any]]]
+Wake = Callable[[Sequence[str]], Awaitable[None]]
 
 # How many pending rows one statement takes (more wait for the next one, run at once).
 BATCH = 500
@@ -64,14 +69,25 @@ SELECT p.message_id, p.recipient, s.seq FROM p LEFT JOIN s ON s.id = p.id
 _DELIVERED_SEQ = "SELECT seq FROM mesh_inbox WHERE message_id = $1"
 
 
-async def deliver_pending(fetch: Fetch, now: datetime) -> dict[str, int | None]:
-    """Every pending row delivered (or dropped): message_id → its sequence (None: dropped)."""
-    done: dict[str, int | None] = {}
+class Delivered(NamedTuple):
+    message_id: str
+    recipient: str
+    seq: int | None  # None: dropped, the recipient not live
+
+
+async def deliver_pending(fetch: Fetch, now: datetime) -> list[Delivered]:
+    """Every pending row delivered (or dropped)."""
+    done: list[Delivered] = []
     while True:
         rows = await fetch(DELIVER_PENDING, now, BATCH)
-        done.update((r["message_id"], r["seq"]) for r in rows)
+        done.extend(Delivered(r["message_id"], r["recipient"], r["seq"]) for r in rows)
         if len(rows) < BATCH:
             return done
+
+
+def reached(delivered: Sequence[Delivered]) -> set[str]:
+    """The agents these rows went into the inbox of (not those dropped)."""
+    return {d.recipient for d in delivered if d.seq is not None}
 
 
 @dataclass
@@ -89,10 +105,14 @@ class _Round:
 
 class Deliverer:
     """Group commit of pending messages, per process: while one delivery runs, the claims that arrive gather for the
-    next, which one of them runs for all (the lock hands it on in turn)."""
+    next, which one of them runs for all (the lock hands it on in turn). Recipients of rows no claim here waits for
+    (another instance's, or a killed process's) are handed to ``wake``: the claim that waits for a row wakes its
+    recipient itself, with the message; another instance's claim wakes its own again, which costs its readers a
+    spare look."""
 
-    def __init__(self, fetch: Fetch) -> None:
+    def __init__(self, fetch: Fetch, wake: Wake | None = None) -> None:
         self._fetch = fetch
+        self._wake = wake
         self._lock = anyio.Lock()
         self._gathering: _Round | None = None
         # The sequences of the messages this process's claims wait for, as deliveries found them.
@@ -127,8 +147,18 @@ class Deliverer:
         if not round_.message_ids <= self._seqs.keys():
             assert round_.now is not None
             delivered = await deliver_pending(self._fetch, round_.now)
-            self._seqs.update((k, v) for k, v in delivered.items() if k in self._waiting)
+            self._seqs.update((d.message_id, d.seq) for d in delivered if d.message_id in self._waiting)
+            await self._wake_others([d for d in delivered if d.message_id not in self._waiting])
         round_.done = True
 
+    async def _wake_others(self, delivered: list[Delivered]) -> None:
+        others = reached(delivered)
+        if not others or self._wake is None:
+            return
+        try:
+            await self._wake(sorted(others))
+        except Exception:  # committed: they see the messages at their next read
+            log.warning("wake-up publish failed after delivering held-back messages", exc_info=True)
 
-__all__ = ["BATCH", "DELIVER_PENDING", "Deliverer", "deliver_pending"]
+
+__all__ = ["BATCH", "DELIVER_PENDING", "Delivered", "Deliverer", "Wake", "deliver_pending", "reached"]

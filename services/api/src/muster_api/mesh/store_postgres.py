@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect
 from muster_api.db.driver_pool import DriverPool, asyncpg_dsn
 from muster_api.mesh.claims_store import RENEW_AND_CLAIMS_PG
-from muster_api.mesh.inbox_pending import Deliverer, deliver_pending
+from muster_api.mesh.inbox_pending import Deliverer, Wake, deliver_pending, reached
 from muster_api.mesh.store import (
     FOLLOW,
     SqlMeshStore,
@@ -139,9 +139,11 @@ class PostgresMeshTx(SqlMeshTx):
 
     async def sweep(self, policy: SweepPolicy) -> SweepReport:
         # Pending messages a killed process left (its claims committed, their delivery never ran) reach their
-        # recipients before the expired ones go.
-        await deliver_pending(lambda sql, *args: _fetch_on_driver(self._conn, sql, *args), policy.now)
-        return await super().sweep(policy)
+        # recipients before the expired ones go; the recipients are woken once this commits.
+        delivered = await deliver_pending(lambda sql, *args: _fetch_on_driver(self._conn, sql, *args), policy.now)
+        report = await super().sweep(policy)
+        report.woken |= reached(delivered)
+        return report
 
 
 # $1 now, $2 the new expiry, $3 the token hash, $4 the TTL the expiry was computed for, $5 after (NULL: from the
@@ -214,14 +216,30 @@ SELECT b.last_seq, COALESCE(b.followed_until > $3, false) AS followed FROM b, s
 class PostgresMeshStore(SqlMeshStore):
     tx_class = PostgresMeshTx
 
-    def __init__(self, engine: AsyncEngine, dialect: Dialect, notifier: TransactionNotifier | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        dialect: Dialect,
+        notifier: TransactionNotifier | None = None,
+        *,
+        wake: Wake | None = None,
+    ) -> None:
+        """``wake`` wakes the agents that a delivery of held-back messages (``inbox_pending``) reached: the
+        instance's notifier's ``publish``. Without it, they see those messages at their next read."""
         super().__init__(engine, dialect, notifier)
         self.driver = DriverPool(asyncpg_dsn(engine))
-        self.deliverer = Deliverer(self.driver.fetch)
+        self.deliverer = Deliverer(self.driver.fetch, wake)
+        self._wake = wake
 
     async def deliver_leftovers(self, now: datetime) -> None:
-        """Pending messages a killed process left, delivered (at start: the sweeper's first round comes later)."""
-        await deliver_pending(self.driver.fetch, now)
+        """Pending messages a killed process left, delivered (at start: the sweeper's first round comes later), and
+        their recipients woken."""
+        woken = reached(await deliver_pending(self.driver.fetch, now))
+        if woken and self._wake is not None:
+            try:
+                await self._wake(sorted(woken))
+            except Exception:  # committed: they see the messages at their next read
+                log.warning("wake-up publish failed after delivering held-back messages", exc_info=True)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
