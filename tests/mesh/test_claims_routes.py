@@ -119,11 +119,11 @@ async def test_check_names_only_other_live_exclusive_holders_and_renews_the_call
         await claim(client, sharer, "shared/**", exclusive=False)
         await claim(client, other, "elsewhere/**", repo="r2")
         clock.advance(40)  # 70 s: brief's lease has ended; mine runs to 90 s unless the check renews it
-        paths = ["mine/a", "src/é.py", "shared/x", "gone/y", "elsewhere/z", "free"]
+        paths = ["mine/a", "src/é.py", "shared/x", "gone/y", "elsewhere/z", "free", 'say "x" \u2028.md', "src/b"]
         checked = await client.post("/mesh/claims/check", json={"repo": "r", "paths": paths}, headers=auth(me))
         assert checked.status_code == 200, checked.text
         answers = checked.json()["paths"]
-        assert [(p["path"], p["holder"]) for p in answers] == [(p, "other" if p == "src/é.py" else None) for p in paths]
+        assert [(p["path"], p["holder"]) for p in answers] == [(p, "other" if p[:4] == "src/" else None) for p in paths]
         assert answers[1]["pattern"] == "src/**" and answers[1]["reason"] == 'say "why" — é'
         # The bytes are the models' own (the route encodes plain rows).
         assert checked.content == CheckResult.model_validate_json(checked.content).model_dump_json().encode()

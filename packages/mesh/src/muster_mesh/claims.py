@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from json.encoder import encode_basestring
 from typing import Annotated, Protocol, cast
 
 from pydantic import AfterValidator, Field, StringConstraints, ValidatorFunctionWrapHandler, WrapValidator
@@ -375,17 +376,24 @@ class Claims:
         return ClaimList(claims=[c.view() for c in found])
 
 
+_FREE = ',"holder":null,"pattern":null,"reason":null,"since":null}'
+
+
+def _holder_part(hit: ClaimRecord) -> str:
+    fields = {"holder": hit.holder, "pattern": hit.pattern, "reason": hit.reason, "since": hit.since}
+    return "," + to_json(fields).decode()[1:]
+
+
 def check_json(paths: Sequence[str], hits: Sequence[ClaimRecord | None]) -> bytes:
-    """``CheckResult``'s JSON for these paths and their holders (``Claims.holders``), encoded from plain dicts by
-    pydantic-core's encoder, without a model per path: the same bytes as the models', at a fifth of the CPU."""
-    free = {"holder": None, "pattern": None, "reason": None, "since": None}
-    rows = [
-        {"path": path, **free}
-        if hit is None
-        else {"path": path, "holder": hit.holder, "pattern": hit.pattern, "reason": hit.reason, "since": hit.since}
-        for path, hit in zip(paths, hits, strict=True)
-    ]
-    return to_json({"paths": rows})
+    """``CheckResult``'s JSON for these paths and their holders (``Claims.holders``), the same bytes as the models':
+    each path's text joined with its holder's part, which pydantic-core encodes once per claim that holds a path. A
+    model per path cost more than the match; a dict per path encoded whole, half of what remains."""
+    parts: dict[int, str] = {}
+    rows = []
+    for path, hit in zip(paths, hits, strict=True):
+        tail = _FREE if hit is None else parts.get(id(hit)) or parts.setdefault(id(hit), _holder_part(hit))
+        rows.append('{"path":' + encode_basestring(path) + tail)
+    return ('{"paths":[' + ",".join(rows) + "]}").encode()
 
 
 __all__ = [
