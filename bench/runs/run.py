@@ -1,7 +1,7 @@
 """Runs benchmark: dispatch through the service against ``dispatch()`` in one process, and SSE latency across
 instances, each with a ratio against a baseline measured in the same run.
 
-1. Throughput of short runs (a custom agent emitting 20 events): 100 runs posted to an API process (no workers of its
+1. Throughput of short runs (a custom agent emitting 20 events): 300 runs posted to an API process (no workers of its
    own) by 8 clients at once, each posting a run and following its stream to the end, executed by ``muster worker``
    processes of one worker each — one, then two — until the last stream ended; against the same agent through
    ``muster_dispatch.dispatch()`` one run after the other in this process (with an in-memory journal). Clients at once
@@ -46,9 +46,9 @@ from pg import fresh_postgres  # noqa: E402
 from serving import READY_WITHIN, free_port, wait_ready  # noqa: E402
 
 MUSTER = Path(sys.executable).with_name("muster")
-RUNS = 100
+RUNS = 300
 WARMUP = 10
-NOOP_SAMPLES = 400
+NOOP_SAMPLES = 2000
 CLIENTS = 8
 CORES = os.cpu_count() or 1
 AGENTS = {
@@ -164,6 +164,18 @@ class Throughput(NamedTuple):
         return CORES * 1000 / self.total_cpu_ms if self.total_cpu_ms else float("inf")
 
 
+async def completed(client: httpx.AsyncClient, ids: set[str]) -> int:
+    """How many of these runs the service lists as completed (every page of them)."""
+    found, cursor = 0, None
+    while True:
+        params = {"status": "completed", "limit": 200, **({"cursor": cursor} if cursor else {})}
+        page = (await client.get("/dispatch/runs", params=params)).json()
+        found += sum(1 for r in page["runs"] if r["id"] in ids)
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return found
+
+
 async def api_throughput(client: httpx.AsyncClient, tag: str, meter: CpuMeter) -> Throughput:
     for index in range(WARMUP):
         await until_over(client, await post(client, "twenty", f"{tag}-warm{index}"))
@@ -183,8 +195,7 @@ async def api_throughput(client: httpx.AsyncClient, tag: str, meter: CpuMeter) -
             group.start_soon(one, index)
     elapsed = time.perf_counter() - started
     spent = meter.stop()
-    page = (await client.get("/dispatch/runs", params={"status": "completed", "limit": 200})).json()
-    assert sum(1 for r in page["runs"] if r["id"] in set(ids)) == RUNS, "every run completed"
+    assert await completed(client, set(ids)) == RUNS, "every run completed"
     return Throughput(RUNS / elapsed, {name: seconds * 1000 / RUNS for name, seconds in spent.items()})
 
 
