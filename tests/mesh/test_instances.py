@@ -97,3 +97,25 @@ async def test_wake_survives_a_lost_listener(pg_url: str) -> None:
         assert notifier(two).listener_pid != pid
         await one.post("/mesh/inbox/ack", json={"cursor": 1, "confirm": True}, headers=auth(bob))
         assert await poll_while_sending(two, one, bob, alice, "after reconnect") == "after reconnect"
+
+
+async def test_an_instance_hears_every_capability_on_one_connection(pg_url: str) -> None:
+    """PostgreSQL signals every listening backend of the database at every NOTIFY, whatever its channel: the mesh and
+    dispatch of an instance listen on one connection, and both hear again once it is lost and re-opened."""
+    listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+    async with mesh_app(pg_url) as client:
+        app = client._transport.app  # type: ignore[attr-defined]
+        mesh, runs = notifier(client), app.state.dispatch.notifier._pg
+        assert mesh.listener_pid is not None and mesh.listener_pid == runs.listener_pid
+        admin = await asyncpg.connect(pg_url)
+        try:
+            assert await admin.fetchval(listening) == 1
+            lost = mesh.listener_pid
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", lost)
+            with anyio.fail_after(20):
+                while mesh.reconnects == 0 or runs.reconnects == 0:
+                    await anyio.sleep(0.05)
+            assert mesh.listener_pid == runs.listener_pid != lost
+            assert await admin.fetchval(listening) == 1
+        finally:
+            await admin.close()

@@ -58,6 +58,7 @@ def create_app(
             if settings.migrate_on_startup:
                 await upgrade(rt.engine)
             async with AsyncExitStack() as stack:
+                await stack.enter_async_context(rt.running())
                 for component in (mesh_component, a2a_component):
                     await stack.enter_async_context(component.lifespan(app, rt))
                 claims = mesh_claims(app.state.mesh)

@@ -61,6 +61,7 @@ async def serve_workers(workers: int | None = None) -> None:
         # The mesh too: the agents that are its members join it while their runs run here, and each turn's changed
         # paths are checked against its claims.
         async with (
+            runtime.running(),
             mesh_running(runtime) as mesh,
             running(runtime, dispatch_settings, mesh.mesh, mesh.tasks, mesh_claims(mesh.mesh)) as state,
         ):

@@ -1,5 +1,5 @@
 """Wake-ups across API instances sharing one PostgreSQL: LISTEN/NOTIFY on one channel per capability (the mesh's
-recipients, the runs of dispatch).
+recipients, the runs of dispatch), heard on one connection per process (``Listening``).
 
 A mesh wake-up leaves right after the message commits, in a statement of its own (``publish``), before the send
 answers. Not from inside the sending statement: PostgreSQL serialises the commits of transactions that NOTIFY (a
@@ -15,15 +15,20 @@ instance then answers from it, as one on the sending instance does, without read
 one dedicated asyncpg connection listening. A lost listener connection is re-opened and then every local waiter is
 woken once, since wake-ups may have been missed meanwhile: waiters re-read the store, so a spurious wake costs one
 read, a missed one would cost a whole long-poll.
+
+The capabilities of a process share that one listening connection (``Runtime.listening``): PostgreSQL signals every
+listening backend of the database at every NOTIFY, whatever its channel, so a connection per channel doubled what
+each notification cost the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
@@ -83,24 +88,120 @@ def _setter(event: anyio.Event) -> Any:
     return lambda _conn: event.set()
 
 
+Callback = Callable[[Any, int, str, str], None]
+
+
+class Listening:
+    """The one listening connection of a process, for every channel its capabilities listen on (``add``); re-opened
+    when it is lost, and each channel's ``on_reconnect`` called then. ``run`` (or ``running``) keeps it; the first
+    connection must succeed (start-up fails loudly otherwise), later losses are retried every second."""
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._channels: dict[str, tuple[Callback, Callable[[], None]]] = {}
+        # Held while the connection is set up and while a channel is added, so that none is missed between them.
+        self._setting_up = anyio.Lock()
+        self.connection: Any = None
+        self.pid: int | None = None
+        self.active = False  # run is keeping it
+
+    async def add(self, channel: str, on_notify: Callback, on_reconnect: Callable[[], None]) -> None:
+        """Listen on ``channel`` from now on (at once when connected, else as soon as the connection is up)."""
+        async with self._setting_up:
+            self._channels[channel] = (on_notify, on_reconnect)
+            if self.connection is not None:
+                await self.connection.add_listener(channel, on_notify)
+
+    async def remove(self, channel: str) -> None:
+        async with self._setting_up:
+            on_notify, _ = self._channels.pop(channel)
+            conn = self.connection
+            if conn is not None and not conn.is_closed():
+                with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await conn.remove_listener(channel, on_notify)
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Kept while in it."""
+        async with anyio.create_task_group() as tg:
+            await tg.start(self.run)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        self.active = True
+        try:
+            await self._keep(task_status)
+        finally:
+            self.active = False
+
+    async def _keep(self, task_status: TaskStatus[None]) -> None:
+        started = False
+        while True:
+            try:
+                conn = await asyncpg.connect(self._dsn)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if not started:
+                    raise
+                log.warning("listening connection cannot reconnect (%s); retrying", type(exc).__name__)
+                await anyio.sleep(RECONNECT_SECONDS)
+                continue
+            lost = anyio.Event()
+            conn.add_termination_listener(_setter(lost))
+            try:
+                async with self._setting_up:
+                    for channel, (on_notify, _) in self._channels.items():
+                        await conn.add_listener(channel, on_notify)
+                    self.pid = conn.get_server_pid()
+                    self.connection = conn
+                if started:
+                    log.info("listening connection reconnected; waking every waiter once")
+                    for _, on_reconnect in list(self._channels.values()):
+                        on_reconnect()
+                else:
+                    started = True
+                    task_status.started()
+                await lost.wait()
+                log.warning("listening connection lost; reconnecting")
+            finally:
+                self.connection = None
+                with anyio.CancelScope(shield=True):
+                    if not conn.is_closed():
+                        await conn.close(timeout=2)
+
+
 class PgNotifier:
-    def __init__(self, engine: AsyncEngine, *, channel: str = CHANNEL, local: LocalNotifier | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        channel: str = CHANNEL,
+        local: LocalNotifier | None = None,
+        listening: Listening | None = None,
+    ) -> None:
+        """``listening``: the process's listening connection, kept by whoever made it (``Runtime``); without it,
+        ``run`` keeps a connection of this notifier's own."""
         # Another capability (dispatch runs) listens on its own channel with the same machinery, its own waiters
         # and its own payloads (``handed``).
         self.channel = channel
         self._notify = select(sqlfunc.pg_notify(channel, bindparam("p_payload")))
-        self._dsn = asyncpg_dsn(engine)
+        self._listening = listening or Listening(asyncpg_dsn(engine))
+        self._own = listening is None
         self.instance = uuid.uuid4().hex[:12]
         self.local = local or LocalNotifier()
-        self.listener_pid: int | None = None
         # Mesh wake-ups waiting for the statement that sends them (see _send), and the last batch that failed.
         self._queued: list[str] = []
         # asyncio's lock: anyio's yields to the event loop on every acquire, a loop pass per send.
         self._sending = asyncio.Lock()
         self._failed: tuple[list[str], Exception] | None = None
         self.reconnects = 0
-        # The listening connection while it is up: the NOTIFY statements of ``publish`` run on it too.
-        self._listening: Any = None
+
+    @property
+    def listener_pid(self) -> int | None:
+        """The server process of the listening connection (the NOTIFY statements of ``publish`` run on it too)."""
+        return self._listening.pid
 
     @asynccontextmanager
     async def subscribe(self, agent_id: str) -> AsyncIterator[LocalSubscription]:
@@ -166,7 +267,7 @@ class PgNotifier:
                 raise self._failed[1]
 
     async def _notify_now(self, payloads: list[str]) -> None:
-        conn = self._listening
+        conn = self._listening.connection
         if conn is None:
             # Between a lost listening connection and the next: the other instances' waiters read the store when
             # it comes back (every waiter is woken then), or at the end of their long-poll.
@@ -193,35 +294,20 @@ class PgNotifier:
         self.local.fire(list(entries), entries)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled. The first connection must succeed (start-up fails loudly otherwise); later losses
-        are retried every second."""
-        started = False
-        while True:
+        """Listen until cancelled (started once listening)."""
+        async with anyio.create_task_group() as tg:
+            if self._own:
+                await tg.start(self._listening.run)
+            elif not self._listening.active:
+                raise RuntimeError("the process's listening connection is not kept: run Runtime.running() first")
+            await self._listening.add(self.channel, self._on_notify, self._reconnected)
+            task_status.started()
             try:
-                conn = await asyncpg.connect(self._dsn)
-            except (OSError, asyncpg.PostgresError) as exc:
-                if not started:
-                    raise
-                log.warning("mesh listener cannot reconnect (%s); retrying", type(exc).__name__)
-                await anyio.sleep(RECONNECT_SECONDS)
-                continue
-            lost = anyio.Event()
-            conn.add_termination_listener(_setter(lost))
-            try:
-                await conn.add_listener(self.channel, self._on_notify)
-                self.listener_pid = conn.get_server_pid()
-                self._listening = conn
-                if started:
-                    self.reconnects += 1
-                    log.info("mesh listener reconnected; waking every waiter once")
-                    self.local.fire_all()
-                else:
-                    started = True
-                    task_status.started()
-                await lost.wait()
-                log.warning("mesh listener connection lost; reconnecting")
+                await anyio.sleep_forever()
             finally:
-                self._listening = None
                 with anyio.CancelScope(shield=True):
-                    if not conn.is_closed():
-                        await conn.close(timeout=2)
+                    await self._listening.remove(self.channel)
+
+    def _reconnected(self) -> None:
+        self.reconnects += 1
+        self.local.fire_all()

@@ -70,7 +70,7 @@ class DispatchState:
         self.config = config
         self.now = runtime.now
         self.instance = f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.notifier = RunNotifier(runtime.engine, runtime.dialect)
+        self.notifier = RunNotifier(runtime.engine, runtime.dialect, runtime.listening)
         self.store = run_store(runtime.engine, self.notifier, runtime.dialect)
         self.conversations = SqlConversationStore(runtime.engine, runtime.now)
         self.host_home = host_home or runtime.settings.host_home

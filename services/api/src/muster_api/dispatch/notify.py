@@ -29,7 +29,7 @@ from anyio.abc import TaskStatus
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect, dialect_of
-from muster_api.db.notify import MAX_PAYLOAD, PgNotifier
+from muster_api.db.notify import MAX_PAYLOAD, Listening, PgNotifier
 from muster_api.db.url import sqlite_path
 from muster_api.dispatch.wakefiles import RUN_PREFIX, WakeFiles
 from muster_dispatch import Observation
@@ -145,8 +145,8 @@ class RunListener(PgNotifier):
     """The dispatch channel: a payload is either keys (``a,b``) or a run's observations (``{"r": run id, "o":
     [[seq, at, source, scope, event], …], "e": [last seq, run JSON] or null}``)."""
 
-    def __init__(self, engine: AsyncEngine, waiters: RunWaiters) -> None:
-        super().__init__(engine, channel=CHANNEL, local=waiters)
+    def __init__(self, engine: AsyncEngine, waiters: RunWaiters, listening: Listening | None = None) -> None:
+        super().__init__(engine, channel=CHANNEL, local=waiters, listening=listening)
         self.waiters = waiters
 
     def handing(self, run_id: str, rows: str, end: RunEnd | None) -> str:
@@ -174,11 +174,12 @@ class RunListener(PgNotifier):
 
 
 class RunNotifier:
-    def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None, listening: Listening | None = None) -> None:
+        """``listening``: the process's listening connection (PostgreSQL), else one of this notifier's own."""
         dialect = dialect or dialect_of(engine)
         self._local = RunWaiters()
         on_postgresql: bool = dialect.pick(sqlite=False, postgresql=True)
-        self._pg = RunListener(engine, self._local) if on_postgresql else None
+        self._pg = RunListener(engine, self._local, listening) if on_postgresql else None
         # An in-memory SQLite database has no other process to hear from.
         database = sqlite_path(engine.url.render_as_string()) if self._pg is None else None
         self._files = WakeFiles(database) if database is not None else None

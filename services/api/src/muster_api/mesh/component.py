@@ -65,7 +65,7 @@ async def _on_sqlite(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[Sql
 @asynccontextmanager
 async def _on_postgres(runtime: Runtime, tg: TaskGroup) -> AsyncIterator[tuple[SqlMeshStore, Notifier]]:
     # Instances share the database: wake-ups travel by LISTEN/NOTIFY, sent by the notifier after the commit.
-    pg = PgNotifier(runtime.engine)
+    pg = PgNotifier(runtime.engine, listening=runtime.listening)
     await tg.start(pg.run)
     store = PostgresMeshStore(runtime.engine, runtime.dialect, wake=pg.publish)
     try:
