@@ -151,6 +151,10 @@ class Deliverer:
             await self._wake_others([d for d in delivered if d.message_id not in self._waiting])
         round_.done = True
 
+    async def deliver_leftovers(self, now: datetime) -> None:
+        """Every pending row delivered now (a killed process's, at start), its recipient woken."""
+        await self._wake_others(await deliver_pending(self._fetch, now))
+
     async def _wake_others(self, delivered: list[Delivered]) -> None:
         others = reached(delivered)
         if not others or self._wake is None:

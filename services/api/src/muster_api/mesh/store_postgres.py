@@ -229,17 +229,11 @@ class PostgresMeshStore(SqlMeshStore):
         super().__init__(engine, dialect, notifier)
         self.driver = DriverPool(asyncpg_dsn(engine))
         self.deliverer = Deliverer(self.driver.fetch, wake)
-        self._wake = wake
 
     async def deliver_leftovers(self, now: datetime) -> None:
         """Pending messages a killed process left, delivered (at start: the sweeper's first round comes later), and
         their recipients woken."""
-        woken = reached(await deliver_pending(self.driver.fetch, now))
-        if woken and self._wake is not None:
-            try:
-                await self._wake(sorted(woken))
-            except Exception:  # committed: they see the messages at their next read
-                log.warning("wake-up publish failed after delivering held-back messages", exc_info=True)
+        await self.deliverer.deliver_leftovers(now)
 
     async def renew_and_deliver(
         self, token_hash: str, to: str, now: datetime, *, message_id: str, body: str, thread_id: str | None
