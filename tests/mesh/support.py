@@ -7,15 +7,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 from muster_api.db.engine import create_engine
+from muster_api.db.notify import PgNotifier
 from muster_api.runtime import Runtime
 from muster_api.settings import Settings
 from muster_mesh import FakeClock
@@ -49,6 +51,33 @@ async def mesh_app(db_url: str, clock: FakeClock | None = None, **settings: Any)
     runtime = Runtime(settings=config, engine=create_engine(config.database_url), now=clock or FakeClock())
     async with serve(db_url, runtime=runtime) as client:
         yield client
+
+
+def pg_notifier(client: httpx.AsyncClient) -> PgNotifier:
+    """The mesh's notifier of an app on PostgreSQL served by ``mesh_app``."""
+    value = client._transport.app.state.mesh.notifier  # type: ignore[attr-defined]
+    assert isinstance(value, PgNotifier)
+    return value
+
+
+async def long_poll_during(
+    waiter: httpx.AsyncClient, token: str, action: Callable[[], Awaitable[None]], *, after: int | None = None
+) -> httpx.Response:
+    """The answer of a 30 s long-poll on ``waiter`` (from ``after``, else from the read cursor) that is waiting when
+    ``action`` runs. Well inside the poll's wait: the answer must come from a wake-up, not from the poll's end."""
+    answers: list[httpx.Response] = []
+    params = {"wait_seconds": 30} if after is None else {"after": after, "wait_seconds": 30}
+
+    async def poll() -> None:
+        answers.append(await waiter.get("/mesh/inbox", params=params, headers=auth(token)))
+
+    with anyio.fail_after(25):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(poll)
+            while pg_notifier(waiter).waiting == 0:
+                await anyio.sleep(0.01)
+            await action()
+    return answers[0]
 
 
 def auth(token: str) -> dict[str, str]:

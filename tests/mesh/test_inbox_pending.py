@@ -10,18 +10,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 from sqlalchemy import func, select
 
-from muster_api.db.notify import PgNotifier
 from muster_api.mesh.inbox_pending import DELIVER_PENDING, Deliverer, deliver_pending
 from muster_api.mesh.store_postgres import PostgresMeshStore
 from muster_api.mesh.tables import agents, inbox, inbox_pending
 from muster_mesh import FakeClock, Mesh
 from muster_mesh.tasks import TaskClaim, TaskPost, Tasks
 from muster_mesh.testing import join
-from tests.mesh.support import auth, mesh_app
+from tests.mesh.support import auth, long_poll_during, mesh_app
 from tests.mesh.support import join as join_over_rest
 from tests.mesh.test_conformance_sql import sql_factory
 
@@ -31,12 +29,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 def pg_store(mesh: Mesh) -> PostgresMeshStore:
     assert isinstance(mesh.store, PostgresMeshStore)
     return mesh.store
-
-
-def notifier(client: httpx.AsyncClient) -> PgNotifier:
-    value = client._transport.app.state.mesh.notifier  # type: ignore[attr-defined]
-    assert isinstance(value, PgNotifier)
-    return value
 
 
 async def leave_pending(store: PostgresMeshStore, recipient: str, now: datetime, count: int = 1) -> list[str]:
@@ -188,21 +180,16 @@ async def test_a_starting_instance_wakes_the_agents_it_delivers_leftovers_to(pg_
     clock = FakeClock(datetime.now(UTC))
     async with mesh_app(pg_db_url, clock) as waiter:
         boss = await join_over_rest(waiter, "boss")
-        answers: list[httpx.Response] = []
+        left: list[str] = []
 
-        async def poll() -> None:
-            answers.append(await waiter.get("/mesh/inbox?wait_seconds=60", headers=auth(boss)))
+        async def leave_then_start_another() -> None:
+            async with sql_factory(pg_db_url)(clock) as mesh:
+                left.extend(await leave_pending(pg_store(mesh), "boss", mesh.now()))
+            async with mesh_app(pg_db_url, clock):
+                pass
 
-        with anyio.fail_after(40):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(poll)
-                while notifier(waiter).waiting == 0:
-                    await anyio.sleep(0.01)
-                async with sql_factory(pg_db_url)(clock) as mesh:
-                    left = await leave_pending(pg_store(mesh), "boss", mesh.now())
-                async with mesh_app(pg_db_url, clock):
-                    pass
-        assert [m["message_id"] for m in answers[0].json()["messages"]] == left
+        answer = await long_poll_during(waiter, boss, leave_then_start_another)
+        assert [m["message_id"] for m in answer.json()["messages"]] == left
 
 
 async def test_a_claims_delivery_wakes_the_recipients_of_rows_no_claim_here_waits_for(pg_db_url: str) -> None:

@@ -10,9 +10,8 @@ import asyncpg
 import httpx
 import pytest
 
-from muster_api.db.notify import PgNotifier
 from muster_mesh import FakeClock
-from tests.mesh.support import auth, join, mesh_app, server_process
+from tests.mesh.support import auth, join, long_poll_during, mesh_app, pg_notifier, server_process
 from tests.support.databases import PostgresServer
 
 # Server processes and PostgreSQL listeners.
@@ -39,42 +38,22 @@ async def test_a_process_wakes_another(pg_url: str) -> None:
             alice = await join(c1, "alice")
             bob = await join(c2, "bob")
             for round_ in range(3):
-                answers: list[httpx.Response] = []
+                msg = {"to": "bob", "body": f"across {round_}", "confirm": True}
 
-                async def poll(after: int, into: list[httpx.Response]) -> None:
-                    into.append(await c2.get(f"/mesh/inbox?after={after}&wait_seconds=30", headers=auth(bob)))
+                async def send(msg: dict[str, object] = msg) -> None:
+                    assert (await c1.post("/mesh/messages", json=msg, headers=auth(alice))).json()["stored"] == 1
 
-                # Well inside the poll's 30 s: the answer comes from the wake, not from the poll's timeout.
-                with anyio.fail_after(25):
-                    async with anyio.create_task_group() as tg:
-                        tg.start_soon(poll, round_, answers)
-                        while notifier(c2).waiting == 0:
-                            await anyio.sleep(0.01)
-                        msg = {"to": "bob", "body": f"across {round_}", "confirm": True}
-                        assert (await c1.post("/mesh/messages", json=msg, headers=auth(alice))).json()["stored"] == 1
-                assert [m["body"] for m in answers[0].json()["messages"]] == [f"across {round_}"]
-
-
-def notifier(client: httpx.AsyncClient) -> PgNotifier:
-    value = client._transport.app.state.mesh.notifier  # type: ignore[attr-defined]
-    assert isinstance(value, PgNotifier)
-    return value
+                answer = await long_poll_during(c2, bob, send, after=round_)
+                assert [m["body"] for m in answer.json()["messages"]] == [f"across {round_}"]
 
 
 async def poll_while_sending(waiter: httpx.AsyncClient, sender: httpx.AsyncClient, wt: str, st: str, body: str) -> str:
-    answers: list[httpx.Response] = []
+    async def send() -> None:
+        msg = {"to": "bob", "body": body, "confirm": True}
+        assert (await sender.post("/mesh/messages", json=msg, headers=auth(st))).json()["stored"] == 1
 
-    async def poll() -> None:
-        answers.append(await waiter.get("/mesh/inbox?wait_seconds=30", headers=auth(wt)))
-
-    with anyio.fail_after(25):
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(poll)
-            while notifier(waiter).waiting == 0:
-                await anyio.sleep(0.01)
-            msg = {"to": "bob", "body": body, "confirm": True}
-            assert (await sender.post("/mesh/messages", json=msg, headers=auth(st))).json()["stored"] == 1
-    messages = answers[0].json()["messages"]
+    answer = await long_poll_during(waiter, wt, send)
+    messages = answer.json()["messages"]
     return str(messages[-1]["body"])
 
 
@@ -85,16 +64,16 @@ async def test_wake_survives_a_lost_listener(pg_url: str) -> None:
         assert await poll_while_sending(two, one, bob, alice, "across") == "across"
 
         # Kill instance two's listener connection from outside: it must reconnect and still be woken.
-        pid = notifier(two).listener_pid
+        pid = pg_notifier(two).listener_pid
         admin = await asyncpg.connect(pg_url)
         try:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
         finally:
             await admin.close()
         with anyio.fail_after(20):
-            while notifier(two).reconnects == 0:
+            while pg_notifier(two).reconnects == 0:
                 await anyio.sleep(0.05)
-        assert notifier(two).listener_pid != pid
+        assert pg_notifier(two).listener_pid != pid
         await one.post("/mesh/inbox/ack", json={"cursor": 1, "confirm": True}, headers=auth(bob))
         assert await poll_while_sending(two, one, bob, alice, "after reconnect") == "after reconnect"
 
@@ -105,7 +84,7 @@ async def test_an_instance_hears_every_capability_on_one_connection(pg_url: str)
     listening = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
     async with mesh_app(pg_url) as client:
         app = client._transport.app  # type: ignore[attr-defined]
-        mesh, runs = notifier(client), app.state.dispatch.notifier._pg
+        mesh, runs = pg_notifier(client), app.state.dispatch.notifier._pg
         assert mesh.listener_pid is not None and mesh.listener_pid == runs.listener_pid
         admin = await asyncpg.connect(pg_url)
         try:
