@@ -143,10 +143,14 @@ class Cluster:
 
 
 async def until_over(client: httpx.AsyncClient, run_id: str) -> None:
+    """Follow the run's stream to its end, as a client wanting the run's outcome does: its ``result`` event, after
+    which the service ends the stream. Read to the end, the connection goes back to the client's pool; a client
+    leaving at the event's name dropped it, and every run paid a new connection on both sides."""
+    over = False
     async with client.stream("GET", f"/dispatch/runs/{run_id}/events") as response:
         async for line in response.aiter_lines():
-            if line == "event: result":
-                return
+            over = over or line == "event: result"
+    assert over, f"the stream of {run_id} ended without its result"
 
 
 async def post(client: httpx.AsyncClient, agent: str, workspace: str) -> str:

@@ -31,6 +31,20 @@ async def test_reconnecting_with_last_event_id_misses_nothing(
         assert rest.result is not None and rest.result["status"] == "completed"
 
 
+async def test_resuming_after_every_sequence_number_there_can_be_sends_the_result_alone(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Last-Event-ID the header's rule accepts but no 32-bit sequence number reaches (it broke PostgreSQL's
+    statement: a 500)."""
+    dispatch_env(monkeypatch, tmp_path)
+    async with dispatch_app(db_url, tmp_path) as client:
+        run = await start(client, agent="fast", prompt="p", workspace="w")
+        await finished(client, run["id"])
+        for beyond in (2**31 - 1, 2**31, 999_999_999_999):
+            stream = await read_sse(client, run["id"], last_event_id=beyond)
+            assert stream.events == [] and stream.result is not None and stream.result["status"] == "completed"
+
+
 async def test_live_events_arrive_while_the_run_is_running(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,5 +1,6 @@
 """What a run's SSE stream reads: subscribed before it reads the run, a stream opened while its run is queued reads
-once (the run and its rows, none yet); rows written after come with the wake-ups of the writes."""
+once (the run and its rows, none yet), and not at all when this process queued the run and no wake-up has named it
+since; rows written after come with the wake-ups of the writes."""
 
 from __future__ import annotations
 
@@ -9,14 +10,18 @@ from typing import Any, cast
 
 import anyio
 import pytest
+from a2a.types import AgentCard, TaskState
+from sqlalchemy.exc import IntegrityError
 
 from muster_api.db.engine import create_engine
 from muster_api.dispatch.component import DispatchState, run_store
 from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import sse_stream
-from muster_api.dispatch.notify import RunNotifier
+from muster_api.dispatch.models import Run
+from muster_api.dispatch.notify import RunNotifier, RunWaiters
 from muster_api.dispatch.store import new_run_id, observation_json
 from muster_api.dispatch.worker import ending
+from muster_api.served.handler import ServedAgentHandler
 from muster_api.settings import Settings
 from muster_dispatch import Observation
 from tests.runs.test_store import LEASE, NOW, _completed, _queue
@@ -46,8 +51,16 @@ class Counting:
         self.reads.append("run, rows")
         return await self.store.run_and_json(run_id, after, limit)
 
+    async def run_and_events(self, run_id: str, after: int, limit: int = 1000) -> Any:
+        self.reads.append("run, events")
+        return await self.store.run_and_events(run_id, after, limit)
 
-async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no_rows(db_url: str) -> None:
+
+def _row(seq: int) -> Observation:
+    return Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)})
+
+
+async def test_a_stream_of_a_run_this_process_queued_reads_nothing(db_url: str) -> None:
     engine = create_engine(Settings(database_url=db_url).database_url)
     notifier = RunNotifier(engine)
     store = run_store(engine, notifier)
@@ -65,7 +78,7 @@ async def test_a_stream_opened_while_its_run_is_queued_reads_the_run_once_and_no
             await store.append_events(run_id, rows[:1])
             with anyio.fail_after(30):
                 assert (await anext(stream)).endswith(b"\nid: 1\n\n")
-            assert counting.reads == ["run, rows"]
+            assert counting.reads == []
             # The rest, however it is woken, up to the end.
             claimed = await store.claim("w1", NOW, NOW + LEASE)
             assert claimed is not None
@@ -134,6 +147,132 @@ async def test_the_stream_of_a_run_over_when_it_opens_is_one_item(db_url: str) -
         assert over == [True]
         assert first.startswith("retry: 1000\n\n") and first.count("\nid: ") == 2
         assert first.endswith("\n\n") and first.count("event: result\n") == 1 and first.index("event: result") > 0
+    finally:
+        await store.aclose()
+        await engine.dispose()
+
+
+async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db_url: str) -> None:
+    engine, other_engine = (create_engine(Settings(database_url=db_url).database_url) for _ in range(2))
+    notifier, other = RunNotifier(engine), RunNotifier(other_engine)
+    store, elsewhere = run_store(engine, notifier), run_store(other_engine, other)
+    try:
+        counting = Counting(store)
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            await group.start(other.run)
+            run_id = await _queue(elsewhere, new_run_id(), "w")
+            stream = sse_stream(state, run_id, 0)
+            assert await anext(stream) == b"retry: 1000\n\n"
+            assert counting.reads == ["run, rows"]
+            await elsewhere.append_events(run_id, [_row(1)])
+            with anyio.fail_after(30):
+                assert (await anext(stream)).endswith(b"\nid: 1\n\n")
+            await stream.aclose()
+            group.cancel_scope.cancel()
+    finally:
+        for one in (store, elsewhere):
+            await one.aclose()
+        for one in (engine, other_engine):
+            await one.dispose()
+
+
+async def test_a_run_queued_here_that_a_wake_up_named_is_read_again(db_url: str) -> None:
+    """Rows another process wrote before the stream opened reach it: their wake-up made this process forget the run
+    as it queued it."""
+    engine, other_engine = (create_engine(Settings(database_url=db_url).database_url) for _ in range(2))
+    notifier, other = RunNotifier(engine), RunNotifier(other_engine)
+    store, elsewhere = run_store(engine, notifier), run_store(other_engine, other)
+    try:
+        counting = Counting(store)
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            await group.start(other.run)
+            run_id = await _queue(store, new_run_id(), "w")
+            assert notifier.unheard(run_id) is not None
+            assert await elsewhere.claim("w1", NOW, NOW + LEASE) is not None
+            await elsewhere.append_events(run_id, [_row(1), _row(2)])
+            with anyio.fail_after(30):
+                while notifier.unheard(run_id) is not None:
+                    await anyio.sleep(0.01)
+            stream = sse_stream(state, run_id, 0)
+            first = await anext(stream)
+            assert counting.reads == ["run, rows"]
+            assert first.count(b"\nid: ") == 2
+            await stream.aclose()
+            group.cancel_scope.cancel()
+    finally:
+        for one in (store, elsewhere):
+            await one.aclose()
+        for one in (engine, other_engine):
+            await one.dispose()
+
+
+def test_what_this_process_queued_is_forgotten_at_any_wake_up_naming_it_or_all() -> None:
+    waiters = RunWaiters()
+    runs = [Run(id=f"r{i}", agent="a", prompt="p", workspace="w", status="queued", queued_at=NOW) for i in range(3)]
+    for run in runs:
+        waiters.queued(run)
+    waiters.hand("r0", [], None)
+    waiters.fire(["r1"])
+    assert list(waiters.unheard) == ["r2"]
+    waiters.fire_all()  # a lost listening connection: anything may have been missed
+    assert waiters.unheard == {}
+    for index in range(RunWaiters.UNHEARD + 1):
+        waiters.queued(runs[0].model_copy(update={"id": f"q{index}"}))
+    assert len(waiters.unheard) == RunWaiters.UNHEARD and "q0" not in waiters.unheard
+
+
+async def test_a_run_whose_queueing_failed_is_not_known_here(db_url: str) -> None:
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    notifier = RunNotifier(engine)
+    store = run_store(engine, notifier)
+    try:
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
+        await _queue(store, new_run_id(), "busy")
+        refused = new_run_id()
+        with pytest.raises(IntegrityError):  # one run per workspace at a time
+            await _queue(store, refused, "busy")
+        assert notifier.unheard(refused) is None
+        with pytest.raises(UnknownRunError):
+            await anext(sse_stream(state, refused, 0))
+    finally:
+        await store.aclose()
+        await engine.dispose()
+
+
+async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_reading_it(db_url: str) -> None:
+    """A blocking A2A ``SendMessage`` waits for the run it queued: one read, after the wake-up of its end."""
+    engine = create_engine(Settings(database_url=db_url).database_url)
+    notifier = RunNotifier(engine)
+    store = run_store(engine, notifier)
+    try:
+        counting = Counting(store)
+        settings = SimpleNamespace(renew_every=60.0)
+        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting, settings=settings))
+        handler = ServedAgentHandler(state, "fast", cast(AgentCard, None))
+        async with anyio.create_task_group() as group:
+            await group.start(notifier.run)
+            run_id = await _queue(store, new_run_id(), "w")
+            answers: list[Any] = []
+
+            async def answer() -> None:
+                answers.append(await handler._finished(run_id))
+
+            group.start_soon(answer)
+            await anyio.wait_all_tasks_blocked()
+            assert counting.reads == [] and not answers
+            claimed = await store.claim("w1", NOW, NOW + LEASE)
+            assert claimed is not None
+            assert await store.finish(run_id, "w1", _completed(), [_row(1)], ending(claimed[0], _completed(), 1))
+            with anyio.fail_after(30):
+                while not answers:
+                    await anyio.sleep(0.01)
+            assert counting.reads == ["run, events"]
+            assert answers[0].id == run_id and answers[0].status.state == TaskState.TASK_STATE_COMPLETED
+            group.cancel_scope.cancel()
     finally:
         await store.aclose()
         await engine.dispose()

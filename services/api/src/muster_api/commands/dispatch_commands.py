@@ -35,6 +35,8 @@ def register(sub: Any) -> None:
 
 async def serve_workers(workers: int | None = None) -> None:
     """Run the dispatch workers (and the lease sweep) until SIGTERM or SIGINT."""
+    import gc
+
     import anyio
 
     from muster_api.claims_lookup import mesh_claims
@@ -65,6 +67,9 @@ async def serve_workers(workers: int | None = None) -> None:
             mesh_running(runtime) as mesh,
             running(runtime, dispatch_settings, mesh.mesh, mesh.tasks, mesh_claims(mesh.mesh)) as state,
         ):
+            # As ``muster serve`` does once started (app.py): what is alive now lives as long as the process, and a
+            # full collection no longer walks it.
+            gc.freeze()
             log.info("muster worker %s: %d worker(s) ready", state.instance, dispatch_settings.workers)
             with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                 async for received in signals:

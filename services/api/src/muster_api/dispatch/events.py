@@ -75,14 +75,18 @@ async def sse_stream(
     Its first item comes once the stream is subscribed to the run's wake-ups and has read the run (raising
     ``UnknownRunError`` when there is none): the route waits for it before it answers. Read after the subscription,
     the run is the only read a queued run's stream needs: its journal is empty, and every row written from then on
-    comes with a wake-up this stream hears. What there is to send leaves in one write when the stream is about to
-    wait, or at its end (each write crosses every middleware and the socket): a run over when its stream opens is
-    one item, and ``over`` (when given) says so by then."""
+    comes with a wake-up this stream hears; a run this process queued needs none while no wake-up has named it. What
+    there is to send leaves in one write when the stream is about to wait, or at its end (each write crosses every
+    middleware and the socket): a run over when its stream opens is one item, and ``over`` (when given) says so by
+    then."""
     wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
     async with state.notifier.subscribe(run_id) as sub:
         tail = state.notifier.tail(run_id)
         looks = tail.looks
-        known, rows = await state.store.run_and_json(run_id, after, PAGE)
+        # A run this process queued that no wake-up has named since is as it was queued (no rows), and from the
+        # subscription on every change comes with a wake-up: the read would tell nothing more.
+        unheard = state.notifier.unheard(run_id)
+        known, rows = (unheard, []) if unheard is not None else await state.store.run_and_json(run_id, after, PAGE)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
         out = [RETRY]

@@ -20,8 +20,8 @@ import itertools
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from typing import NamedTuple
 
 import anyio
@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.notify import MAX_PAYLOAD, Listening, PgNotifier
 from muster_api.db.url import sqlite_path
+from muster_api.dispatch.models import Run
 from muster_api.dispatch.wakefiles import RUN_PREFIX, WakeFiles
 from muster_dispatch import Observation
 from muster_mesh import InboxEntry, LocalNotifier
@@ -102,25 +103,38 @@ class RunTail:
 
 class RunWaiters(LocalNotifier):
     """The process's waiters, with the tails of the runs they follow: a wake-up without observations counts as a look
-    for the runs it names."""
+    for the runs it names. Beside them, the runs this process queued that no wake-up has named since (``unheard``):
+    each is still as it was queued, since whatever writes a run's rows, its end or its cancellation wakes its readers
+    (a lost listening connection or lost wake files wake them all, and forget these)."""
+
+    UNHEARD = 1000
 
     def __init__(self) -> None:
         super().__init__()
         self.tails: dict[str, RunTail] = {}
+        self.unheard: dict[str, Run] = {}
+
+    def queued(self, run: Run) -> None:
+        self.unheard[run.id] = run
+        if len(self.unheard) > self.UNHEARD:  # the oldest goes: its reader reads it, as any other
+            del self.unheard[next(iter(self.unheard))]
 
     def fire(self, agent_ids: Iterable[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         keys = list(agent_ids)
         for key in keys:
+            self.unheard.pop(key, None)
             if (tail := self.tails.get(key)) is not None:
                 tail.looks += 1
         super().fire(keys, entries)
 
     def fire_all(self) -> None:
+        self.unheard.clear()
         for tail in self.tails.values():
             tail.looks += 1
         super().fire_all()
 
     def hand(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None) -> None:
+        self.unheard.pop(run_id, None)
         if (tail := self.tails.get(run_id)) is not None:
             tail.add(batch, end)
         super().fire([run_id])
@@ -160,6 +174,7 @@ class RunListener(PgNotifier):
         if rest.startswith(_HANDED_RUN) and (end := rest.find('"', len(_HANDED_RUN))) > 0:
             run_id = rest[len(_HANDED_RUN) : end]
             if "\\" not in run_id and run_id not in self.waiters.tails:
+                self.waiters.unheard.pop(run_id, None)
                 return
         try:
             doc = json.loads(rest)
@@ -215,12 +230,31 @@ class RunNotifier:
         """The run's tail while this process has a subscription to it."""
         return self._local.tails[run_id]
 
+    @contextmanager
+    def queuing(self, run: Run) -> Iterator[None]:
+        """Around the write that queues ``run``: from before it, any wake-up naming the run (even one that comes
+        before the write's answer) says it changed; if the write fails, the run is not known here."""
+        self._local.queued(run)
+        try:
+            yield
+        except BaseException:
+            self._local.unheard.pop(run.id, None)
+            raise
+
+    def unheard(self, run_id: str) -> Run | None:
+        """The run as this process queued it, when no wake-up has named it since: what a reader subscribed from now
+        on would read (a queued run, no rows), without reading it."""
+        return self._local.unheard.get(run_id)
+
     def _wake_name(self, name: str) -> None:
         if name.startswith(RUN_PREFIX):
             run_id = name.removeprefix(RUN_PREFIX)
+            self._local.unheard.pop(run_id, None)
             if run_id in self._keys:
                 self._local.fire([run_id])
             return
+        if name == "events":  # every run's readers look (touches were lost)
+            self._local.unheard.clear()
         self._local.fire([key for key in self._keys if kind_of(key) == name])
 
     def _touch(self, keys: Iterable[str]) -> None:

@@ -30,6 +30,9 @@ from muster_api.dispatch.runs import cancel_run, create_run, steer_run
 from muster_api.web.deps import DispatchDep
 from muster_api.web.leanroute import LeanRoute
 
+# The largest journal sequence number (the column is a 32-bit integer).
+LAST_SEQ = 2**31 - 1
+
 router = APIRouter(prefix="/dispatch", tags=["dispatch"], route_class=LeanRoute)
 
 ID_PATH = Path(pattern=ID_PATTERN)
@@ -148,7 +151,9 @@ async def run_events(
             headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
         )
     over: list[bool] = []
-    stream = sse_stream(state, run_id, int(last_event_id or 0), over)
+    # A journal's sequence numbers are 32-bit: resuming after a larger one resumes after all of them (sent as it
+    # is, it broke the statement's parameter).
+    stream = sse_stream(state, run_id, min(int(last_event_id or 0), LAST_SEQ), over)
     first = await anext(stream)  # subscribed, and the run read: a 404 is still an answer of its own
     if over:  # the run was over: its whole stream is this item, answered without a stream kept open for more
         await stream.aclose()

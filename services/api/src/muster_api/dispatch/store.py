@@ -82,11 +82,13 @@ class SqlRunStore:
 
     async def create(self, values: dict[str, Any]) -> Run:
         """Insert a queued run; ``IntegrityError`` when its idempotency key or its workspace is taken."""
-        async with self.engine.begin() as conn:
-            await conn.execute(insert(runs).values(values))
-            await self.notifier.in_transaction(conn, [NEW_RUN])
+        run = run_of(values)
+        with self.notifier.queuing(run):
+            async with self.engine.begin() as conn:
+                await conn.execute(insert(runs).values(values))
+                await self.notifier.in_transaction(conn, [NEW_RUN])
         self.notifier.fire([NEW_RUN])
-        return run_of(values)
+        return run
 
     async def get(self, run_id: str) -> Run | None:
         async with self.reads.connect() as conn:

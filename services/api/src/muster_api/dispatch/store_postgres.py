@@ -210,12 +210,14 @@ class PostgresRunStore(SqlRunStore):
         params.update(
             self._notify_params([NEW_RUN]), request=json.dumps(values["request"]), queued_at=values["queued_at"]
         )
+        run = run_of(values)
         try:
-            await self._fetch(_QUEUE, params)
+            with self.notifier.queuing(run):
+                await self._fetch(_QUEUE, params)
         except asyncpg.UniqueViolationError as exc:  # the engine's error, which callers know
             raise IntegrityError("queue a run", None, exc) from exc
         self.notifier.fire([NEW_RUN])
-        return run_of(values)
+        return run
 
     async def get(self, run_id: str) -> Run | None:
         rows = await self._fetch(_GET, {"run_id": run_id})

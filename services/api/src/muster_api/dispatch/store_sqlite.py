@@ -214,12 +214,14 @@ class SqliteRunStore(SqlRunStore):
         names = tuple(sorted(values))
         params = {name: _bind(name, values[name]) for name in names}
         stmt = _insert_run(names)
+        run = run_of(values)
         try:
-            await self._write(lambda conn: stmt.run(conn, params))
+            with self.notifier.queuing(run):
+                await self._write(lambda conn: stmt.run(conn, params))
         except sqlite3.IntegrityError as exc:  # the engine's error, which callers know
             raise IntegrityError("queue a run", None, exc) from exc
         self.notifier.fire([NEW_RUN])
-        return run_of(values)
+        return run
 
     async def get(self, run_id: str) -> Run | None:
         rows = await self._reader.call(lambda conn: _GET.run(conn, {"p_run": run_id}))
