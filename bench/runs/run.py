@@ -348,9 +348,13 @@ async def journal_statement(db_url: str, group: Cluster) -> float:
     return spent_s * 1000 / JOURNAL_SAMPLES
 
 
+def server_cpu(measured: Throughput) -> dict[str, float]:
+    """The run's server CPU per run by process (API, worker, database backends: not the clients), ms."""
+    return {name: ms for name, ms in measured.cpu_ms.items() if name != "client"}
+
+
 def server_ms(measured: Throughput) -> float:
-    """The run's server CPU per run (API, worker, database backends: not the clients)."""
-    return sum(ms for name, ms in measured.cpu_ms.items() if name != "client")
+    return sum(server_cpu(measured).values())
 
 
 class Round(NamedTuple):
@@ -371,8 +375,8 @@ def floor_lines(rounds: list[Round]) -> Round:
     machine's speed drifts by a third over a minute here, and a floor measured in one place against runs measured in
     another compared two machines. The round of the median ratio is returned."""
     for index, one in enumerate(rounds, start=1):
-        floor, server = one.floor, {name: ms for name, ms in one.measured.cpu_ms.items() if name != "client"}
-        shares = ", ".join(f"{name} {ms:.2f}" for name, ms in server.items())
+        floor = one.floor
+        shares = ", ".join(f"{name} {ms:.2f}" for name, ms in server_cpu(one.measured).items())
         print(
             f"    round {index}: server CPU per run {server_ms(one.measured):.2f} ms ({shares}); floor: two no-op "
             f"exchanges' server CPU {floor.exchanges:.2f} + dispatch() {floor.dispatch:.2f} + one statement writing "

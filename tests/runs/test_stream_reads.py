@@ -5,6 +5,8 @@ since; rows written after come with the wake-ups of the writes."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -19,7 +21,7 @@ from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import sse_stream
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import RunNotifier, RunWaiters
-from muster_api.dispatch.store import new_run_id, observation_json
+from muster_api.dispatch.store import SqlRunStore, new_run_id, observation_json
 from muster_api.dispatch.worker import ending
 from muster_api.served.handler import ServedAgentHandler
 from muster_api.settings import Settings
@@ -60,56 +62,54 @@ def _row(seq: int) -> Observation:
     return Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)})
 
 
-async def test_a_stream_of_a_run_this_process_queued_reads_nothing(db_url: str) -> None:
+@asynccontextmanager
+async def process(db_url: str) -> AsyncIterator[tuple[RunNotifier, SqlRunStore]]:
+    """One process's notifier and run store on the database, closed after."""
     engine = create_engine(Settings(database_url=db_url).database_url)
     notifier = RunNotifier(engine)
     store = run_store(engine, notifier)
     try:
-        counting = Counting(store)
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
-        async with anyio.create_task_group() as group:
-            await group.start(notifier.run)
-            run_id = await _queue(store, new_run_id(), "w")
-            stream = sse_stream(state, run_id, 0)
-            assert await anext(stream) == b"retry: 1000\n\n"
-            rows = [
-                Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)}) for seq in (1, 2)
-            ]
-            await store.append_events(run_id, rows[:1])
-            with anyio.fail_after(30):
-                assert (await anext(stream)).endswith(b"\nid: 1\n\n")
-            assert counting.reads == []
-            # The rest, however it is woken, up to the end.
-            claimed = await store.claim("w1", NOW, NOW + LEASE)
-            assert claimed is not None
-            end = ending(claimed[0], _completed(), 2)
-            assert await store.finish(run_id, "w1", _completed(), rows[1:], end)
-            with anyio.fail_after(30):
-                rest = b"".join([chunk async for chunk in stream]).decode()
-            assert rest.count("id: ") == 1 and "id: 2\n" in rest and rest.count("event: result") == 1
-            group.cancel_scope.cancel()
+        yield notifier, store
     finally:
         await store.aclose()
         await engine.dispose()
+
+
+def _state(notifier: RunNotifier, store: Any, **more: Any) -> DispatchState:
+    return cast(DispatchState, SimpleNamespace(notifier=notifier, store=store, **more))
+
+
+async def test_a_stream_of_a_run_this_process_queued_reads_nothing(db_url: str) -> None:
+    async with process(db_url) as (notifier, store), anyio.create_task_group() as group:
+        counting = Counting(store)
+        await group.start(notifier.run)
+        run_id = await _queue(store, new_run_id(), "w")
+        stream = sse_stream(_state(notifier, counting), run_id, 0)
+        assert await anext(stream) == b"retry: 1000\n\n"
+        rows = [_row(1), _row(2)]
+        await store.append_events(run_id, rows[:1])
+        with anyio.fail_after(30):
+            assert (await anext(stream)).endswith(b"\nid: 1\n\n")
+        assert counting.reads == []
+        # The rest, however it is woken, up to the end.
+        claimed = await store.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        end = ending(claimed[0], _completed(), 2)
+        assert await store.finish(run_id, "w1", _completed(), rows[1:], end)
+        with anyio.fail_after(30):
+            rest = b"".join([chunk async for chunk in stream]).decode()
+        assert rest.count("id: ") == 1 and "id: 2\n" in rest and rest.count("event: result") == 1
+        group.cancel_scope.cancel()
 
 
 async def test_a_stream_of_no_run_refuses_before_its_first_item(db_url: str) -> None:
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    notifier = RunNotifier(engine)
-    store = run_store(engine, notifier)
-    try:
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
+    async with process(db_url) as (notifier, store):
         with pytest.raises(UnknownRunError):
-            await anext(sse_stream(state, new_run_id(), 0))
-    finally:
-        await store.aclose()
-        await engine.dispose()
+            await anext(sse_stream(_state(notifier, store), new_run_id(), 0))
 
 
 async def test_rows_read_for_a_stream_say_what_a_handed_row_says(db_url: str) -> None:
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    store = run_store(engine, RunNotifier(engine))
-    try:
+    async with process(db_url) as (_, store):
         run_id = await _queue(store, new_run_id(), "w")
         rows = [
             Observation(1, NOW.isoformat(), "agent", {"turn": 1}, {"type": "text", "text": 'héllo ✓ "quoted"\n'}),
@@ -123,91 +123,69 @@ async def test_rows_read_for_a_stream_say_what_a_handed_row_says(db_url: str) ->
             assert read == [(o.seq, observation_json(o)) for o in rows]
         assert [seq for seq, _ in (await store.run_and_json(run_id, 1))[1]] == [2]
         assert await store.run_and_json(new_run_id(), 0) == (None, [])
-    finally:
-        await store.aclose()
-        await engine.dispose()
 
 
 async def test_the_stream_of_a_run_over_when_it_opens_is_one_item(db_url: str) -> None:
     """Rows and result in the first item, which the route answers without keeping a stream open."""
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    notifier = RunNotifier(engine)
-    store = run_store(engine, notifier)
-    try:
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
+    async with process(db_url) as (notifier, store):
         run_id = await _queue(store, new_run_id(), "w")
         claimed = await store.claim("w1", NOW, NOW + LEASE)
         assert claimed is not None
-        rows = [Observation(seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": str(seq)}) for seq in (1, 2)]
+        rows = [_row(1), _row(2)]
         assert await store.finish(run_id, "w1", _completed(), rows, ending(claimed[0], _completed(), 2))
         over: list[bool] = []
-        stream = sse_stream(state, run_id, 0, over)
+        stream = sse_stream(_state(notifier, store), run_id, 0, over)
         first = (await anext(stream)).decode()
         await stream.aclose()
         assert over == [True]
         assert first.startswith("retry: 1000\n\n") and first.count("\nid: ") == 2
         assert first.endswith("\n\n") and first.count("event: result\n") == 1 and first.index("event: result") > 0
-    finally:
-        await store.aclose()
-        await engine.dispose()
 
 
 async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db_url: str) -> None:
-    engine, other_engine = (create_engine(Settings(database_url=db_url).database_url) for _ in range(2))
-    notifier, other = RunNotifier(engine), RunNotifier(other_engine)
-    store, elsewhere = run_store(engine, notifier), run_store(other_engine, other)
-    try:
+    async with (
+        process(db_url) as (notifier, store),
+        process(db_url) as (other, elsewhere),
+        anyio.create_task_group() as group,
+    ):
         counting = Counting(store)
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
-        async with anyio.create_task_group() as group:
-            await group.start(notifier.run)
-            await group.start(other.run)
-            run_id = await _queue(elsewhere, new_run_id(), "w")
-            stream = sse_stream(state, run_id, 0)
-            assert await anext(stream) == b"retry: 1000\n\n"
-            assert counting.reads == ["run, rows"]
-            await elsewhere.append_events(run_id, [_row(1)])
-            with anyio.fail_after(30):
-                assert (await anext(stream)).endswith(b"\nid: 1\n\n")
-            await stream.aclose()
-            group.cancel_scope.cancel()
-    finally:
-        for one in (store, elsewhere):
-            await one.aclose()
-        for one in (engine, other_engine):
-            await one.dispose()
+        await group.start(notifier.run)
+        await group.start(other.run)
+        run_id = await _queue(elsewhere, new_run_id(), "w")
+        stream = sse_stream(_state(notifier, counting), run_id, 0)
+        assert await anext(stream) == b"retry: 1000\n\n"
+        assert counting.reads == ["run, rows"]
+        await elsewhere.append_events(run_id, [_row(1)])
+        with anyio.fail_after(30):
+            assert (await anext(stream)).endswith(b"\nid: 1\n\n")
+        await stream.aclose()
+        group.cancel_scope.cancel()
 
 
 async def test_a_run_queued_here_that_a_wake_up_named_is_read_again(db_url: str) -> None:
     """Rows another process wrote before the stream opened reach it: their wake-up made this process forget the run
     as it queued it."""
-    engine, other_engine = (create_engine(Settings(database_url=db_url).database_url) for _ in range(2))
-    notifier, other = RunNotifier(engine), RunNotifier(other_engine)
-    store, elsewhere = run_store(engine, notifier), run_store(other_engine, other)
-    try:
+    async with (
+        process(db_url) as (notifier, store),
+        process(db_url) as (other, elsewhere),
+        anyio.create_task_group() as group,
+    ):
         counting = Counting(store)
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting))
-        async with anyio.create_task_group() as group:
-            await group.start(notifier.run)
-            await group.start(other.run)
-            run_id = await _queue(store, new_run_id(), "w")
-            assert notifier.unheard(run_id) is not None
-            assert await elsewhere.claim("w1", NOW, NOW + LEASE) is not None
-            await elsewhere.append_events(run_id, [_row(1), _row(2)])
-            with anyio.fail_after(30):
-                while notifier.unheard(run_id) is not None:
-                    await anyio.sleep(0.01)
-            stream = sse_stream(state, run_id, 0)
-            first = await anext(stream)
-            assert counting.reads == ["run, rows"]
-            assert first.count(b"\nid: ") == 2
-            await stream.aclose()
-            group.cancel_scope.cancel()
-    finally:
-        for one in (store, elsewhere):
-            await one.aclose()
-        for one in (engine, other_engine):
-            await one.dispose()
+        await group.start(notifier.run)
+        await group.start(other.run)
+        run_id = await _queue(store, new_run_id(), "w")
+        assert notifier.unheard(run_id) is not None
+        assert await elsewhere.claim("w1", NOW, NOW + LEASE) is not None
+        await elsewhere.append_events(run_id, [_row(1), _row(2)])
+        with anyio.fail_after(30):
+            while notifier.unheard(run_id) is not None:
+                await anyio.sleep(0.01)
+        stream = sse_stream(_state(notifier, counting), run_id, 0)
+        first = await anext(stream)
+        assert counting.reads == ["run, rows"]
+        assert first.count(b"\nid: ") == 2
+        await stream.aclose()
+        group.cancel_scope.cancel()
 
 
 def test_what_this_process_queued_is_forgotten_at_any_wake_up_naming_it_or_all() -> None:
@@ -226,53 +204,38 @@ def test_what_this_process_queued_is_forgotten_at_any_wake_up_naming_it_or_all()
 
 
 async def test_a_run_whose_queueing_failed_is_not_known_here(db_url: str) -> None:
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    notifier = RunNotifier(engine)
-    store = run_store(engine, notifier)
-    try:
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=store))
+    async with process(db_url) as (notifier, store):
         await _queue(store, new_run_id(), "busy")
         refused = new_run_id()
         with pytest.raises(IntegrityError):  # one run per workspace at a time
             await _queue(store, refused, "busy")
         assert notifier.unheard(refused) is None
         with pytest.raises(UnknownRunError):
-            await anext(sse_stream(state, refused, 0))
-    finally:
-        await store.aclose()
-        await engine.dispose()
+            await anext(sse_stream(_state(notifier, store), refused, 0))
 
 
 async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_reading_it(db_url: str) -> None:
     """A blocking A2A ``SendMessage`` waits for the run it queued: one read, after the wake-up of its end."""
-    engine = create_engine(Settings(database_url=db_url).database_url)
-    notifier = RunNotifier(engine)
-    store = run_store(engine, notifier)
-    try:
+    async with process(db_url) as (notifier, store), anyio.create_task_group() as group:
         counting = Counting(store)
-        settings = SimpleNamespace(renew_every=60.0)
-        state = cast(DispatchState, SimpleNamespace(notifier=notifier, store=counting, settings=settings))
+        state = _state(notifier, counting, settings=SimpleNamespace(renew_every=60.0))
         handler = ServedAgentHandler(state, "fast", cast(AgentCard, None))
-        async with anyio.create_task_group() as group:
-            await group.start(notifier.run)
-            run_id = await _queue(store, new_run_id(), "w")
-            answers: list[Any] = []
+        await group.start(notifier.run)
+        run_id = await _queue(store, new_run_id(), "w")
+        answers: list[Any] = []
 
-            async def answer() -> None:
-                answers.append(await handler._finished(run_id))
+        async def answer() -> None:
+            answers.append(await handler._finished(run_id))
 
-            group.start_soon(answer)
-            await anyio.wait_all_tasks_blocked()
-            assert counting.reads == [] and not answers
-            claimed = await store.claim("w1", NOW, NOW + LEASE)
-            assert claimed is not None
-            assert await store.finish(run_id, "w1", _completed(), [_row(1)], ending(claimed[0], _completed(), 1))
-            with anyio.fail_after(30):
-                while not answers:
-                    await anyio.sleep(0.01)
-            assert counting.reads == ["run, events"]
-            assert answers[0].id == run_id and answers[0].status.state == TaskState.TASK_STATE_COMPLETED
-            group.cancel_scope.cancel()
-    finally:
-        await store.aclose()
-        await engine.dispose()
+        group.start_soon(answer)
+        await anyio.wait_all_tasks_blocked()
+        assert counting.reads == [] and not answers
+        claimed = await store.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        assert await store.finish(run_id, "w1", _completed(), [_row(1)], ending(claimed[0], _completed(), 1))
+        with anyio.fail_after(30):
+            while not answers:
+                await anyio.sleep(0.01)
+        assert counting.reads == ["run, events"]
+        assert answers[0].id == run_id and answers[0].status.state == TaskState.TASK_STATE_COMPLETED
+        group.cancel_scope.cancel()

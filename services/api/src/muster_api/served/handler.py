@@ -149,20 +149,19 @@ class ServedAgentHandler(RequestHandler):
         found: list[Observation] = []
         after = 0
         async with self.state.notifier.subscribe(run_id) as sub:
-            # A run this process queued that no wake-up has named since is still queued: the first look waits.
-            look = self.state.notifier.unheard(run_id) is None
+            if self.state.notifier.unheard(run_id) is not None:  # queued here, named by no wake-up since: still queued
+                with anyio.move_on_after(self._wait_seconds()):
+                    await sub.wait()
             while True:
-                if look:
-                    run, batch = await self.state.store.run_and_events(run_id, after, HISTORY_PAGE)
-                    assert run is not None
-                    if batch:  # read on past the history's cap, so that no row is read twice
-                        after = batch[-1].seq
-                    if len(found) < MAX_HISTORY_EVENTS:
-                        found.extend(batch)
-                    if run.finished:
-                        more = len(batch) == HISTORY_PAGE
-                        return task_of(run, await self._observations(run_id, found) if more else found)
-                look = True
+                run, batch = await self.state.store.run_and_events(run_id, after, HISTORY_PAGE)
+                assert run is not None
+                if batch:  # read on past the history's cap, so that no row is read twice
+                    after = batch[-1].seq
+                if len(found) < MAX_HISTORY_EVENTS:
+                    found.extend(batch)
+                if run.finished:
+                    more = len(batch) == HISTORY_PAGE
+                    return task_of(run, await self._observations(run_id, found) if more else found)
                 with anyio.move_on_after(self._wait_seconds()):
                     await sub.wait()
 
