@@ -21,6 +21,7 @@ from muster_api.dispatch.errors import UnknownRunError
 from muster_api.dispatch.events import sse_stream
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import RunNotifier, RunWaiters
+from muster_api.dispatch.routes import SseResponse
 from muster_api.dispatch.store import SqlRunStore, new_run_id, observation_json
 from muster_api.dispatch.worker import ending
 from muster_api.served.handler import ServedAgentHandler
@@ -85,11 +86,12 @@ async def test_a_stream_of_a_run_this_process_queued_reads_nothing(db_url: str) 
         await group.start(notifier.run)
         run_id = await _queue(store, new_run_id(), "w")
         stream = sse_stream(_state(notifier, counting), run_id, 0)
-        assert await anext(stream) == b"retry: 1000\n\n"
+        assert await anext(stream) == b""  # nothing to send yet: the retry advice waits for the first rows
         rows = [_row(1), _row(2)]
         await store.append_events(run_id, rows[:1])
         with anyio.fail_after(30):
-            assert (await anext(stream)).endswith(b"\nid: 1\n\n")
+            first = await anext(stream)
+        assert first.startswith(b"retry: 1000\n\n") and first.endswith(b"\nid: 1\n\n")
         assert counting.reads == []
         # The rest, however it is woken, up to the end.
         claimed = await store.claim("w1", NOW, NOW + LEASE)
@@ -153,7 +155,7 @@ async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db
         await group.start(other.run)
         run_id = await _queue(elsewhere, new_run_id(), "w")
         stream = sse_stream(_state(notifier, counting), run_id, 0)
-        assert await anext(stream) == b"retry: 1000\n\n"
+        assert await anext(stream) == b""
         assert counting.reads == ["run, rows"]
         await elsewhere.append_events(run_id, [_row(1)])
         with anyio.fail_after(30):
@@ -239,3 +241,38 @@ async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_readin
         assert counting.reads == ["run, events"]
         assert answers[0].id == run_id and answers[0].status.state == TaskState.TASK_STATE_COMPLETED
         group.cancel_scope.cancel()
+
+
+async def _sent(items: AsyncIterator[bytes], over: list[bool]) -> list[tuple[str, bytes | None, bool | None]]:
+    sent: list[tuple[str, bytes | None, bool | None]] = []
+
+    async def send(message: Any) -> None:
+        sent.append((message["type"], message.get("body"), message.get("more_body")))
+
+    await SseResponse(items, over).stream_response(send)
+    return sent
+
+
+async def test_the_sse_response_ends_with_its_last_item_and_writes_nothing_for_an_empty_one() -> None:
+    over: list[bool] = []
+
+    async def items() -> AsyncIterator[bytes]:
+        yield b""  # the stream's first item when it has nothing to send yet
+        yield b"id: 1\n\n"
+        over.append(True)
+        yield b"event: result\n\n"
+
+    assert (await _sent(items(), over))[1:] == [
+        ("http.response.body", b"id: 1\n\n", True),
+        ("http.response.body", b"event: result\n\n", False),
+    ]
+
+
+async def test_an_sse_response_whose_items_stop_unannounced_still_ends() -> None:
+    async def items() -> AsyncIterator[bytes]:
+        yield b"id: 1\n\n"
+
+    assert (await _sent(items(), []))[1:] == [
+        ("http.response.body", b"id: 1\n\n", True),
+        ("http.response.body", b"", False),
+    ]

@@ -73,12 +73,13 @@ async def sse_stream(
     """Every event after ``after``, then the final ``result`` event carrying the run, then the end.
 
     Its first item comes once the stream is subscribed to the run's wake-ups and has read the run (raising
-    ``UnknownRunError`` when there is none): the route waits for it before it answers. Read after the subscription,
-    the run is the only read a queued run's stream needs: its journal is empty, and every row written from then on
-    comes with a wake-up this stream hears; a run this process queued needs none while no wake-up has named it. What
-    there is to send leaves in one write when the stream is about to wait, or at its end (each write crosses every
-    middleware and the socket): a run over when its stream opens is one item, and ``over`` (when given) says so by
-    then."""
+    ``UnknownRunError`` when there is none): the route waits for it before it answers; it is empty when there is
+    nothing to send yet. Read after the subscription, the run is the only read a queued run's stream needs: its
+    journal is empty, and every row written from then on comes with a wake-up this stream hears; a run this process
+    queued needs none while no wake-up has named it. What there is to send leaves in one write when the stream is
+    about to wait, or at its end (each write crosses every middleware and the socket), the retry advice with the
+    first of them: a run over when its stream opens is one item, and ``over`` (when given) says an item is the last
+    by the time it is yielded."""
     wait = KEEPALIVE_SECONDS if state.notifier.shared else UNSHARED_POLL_SECONDS
     async with state.notifier.subscribe(run_id) as sub:
         tail = state.notifier.tail(run_id)
@@ -89,7 +90,8 @@ async def sse_stream(
         known, rows = (unheard, []) if unheard is not None else await state.store.run_and_json(run_id, after, PAGE)
         if known is None:
             raise UnknownRunError(f"no run {run_id}", field="run_id", rule="exists")
-        out = [RETRY]
+        out: list[bytes] = []
+        retry, started = RETRY, False  # the reconnection delay leaves with the stream's first write
         # None: send the rows read; else what the last wake-up handed over. A queued run has no rows yet.
         handed: list[Observation] | None = [] if known.status == "queued" else None
         while True:
@@ -103,8 +105,8 @@ async def sse_stream(
                 paged = False
                 async for frames, last in _frames(state, run_id, rows):
                     if paged:  # a long journal leaves a page at a time
-                        yield b"".join(out)
-                        out = []
+                        yield b"".join([retry, *out])
+                        retry, out = b"", []
                     out.append(frames)
                     after, paged = last, True
                 if known is not None and known.finished:
@@ -117,17 +119,21 @@ async def sse_stream(
             if ended is not None:
                 if over is not None:
                     over.append(True)
-                yield b"".join([*out, _result(ended)])
+                yield b"".join([retry, *out, _result(ended)])
                 return
             known = None  # a run read earlier may have ended since, unheard: read again before rows are read
             if out:
-                yield b"".join(out)
-                out = []
+                yield b"".join([retry, *out])
+                retry, out = b"", []
+            elif not started:  # the route's answer: subscribed, the run known, nothing to send yet
+                yield b""
+            started = True
             with anyio.move_on_after(wait) as waited:
                 await sub.wait()
             handed = tail.since(after) if tail.looks == looks and not waited.cancelled_caught else None
             if waited.cancelled_caught and state.notifier.shared:
-                yield KEEPALIVE
+                yield retry + KEEPALIVE
+                retry = b""
 
 
 async def jsonl_lines(state: DispatchState, run_id: str) -> AsyncIterator[str]:

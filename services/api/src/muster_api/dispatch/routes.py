@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Send
 
 from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state, egress_setting
@@ -158,7 +159,7 @@ async def run_events(
     if over:  # the run was over: its whole stream is this item, answered without a stream kept open for more
         await stream.aclose()
         return Response(first, media_type="text/event-stream", headers=SSE_HEADERS)
-    return StreamingResponse(_continued(first, stream), media_type="text/event-stream", headers=SSE_HEADERS)
+    return SseResponse(_continued(first, stream), over)
 
 
 async def _continued(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIterator[bytes]:
@@ -166,6 +167,26 @@ async def _continued(first: bytes, rest: AsyncGenerator[bytes, None]) -> AsyncIt
         yield first
         async for chunk in rest:
             yield chunk
+
+
+class SseResponse(StreamingResponse):
+    """A run's SSE stream whose last item (``over`` says so once it is yielded) ends the response in the same write,
+    and whose empty items write nothing: a short run's stream is its headers and one write, where Starlette's
+    streaming response wrote each item and then the end, each write crossing every middleware and the socket."""
+
+    def __init__(self, items: AsyncIterator[bytes], over: list[bool]) -> None:
+        super().__init__(items, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.items, self.over = items, over
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        ended = False
+        async for chunk in self.items:
+            if chunk or self.over:
+                ended = bool(self.over)
+                await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @router.post("/runs/{run_id}/steer", status_code=202, responses={**NO_RUN, **OVER})
