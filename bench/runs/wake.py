@@ -1,9 +1,9 @@
 """Wake files: how long a touch takes to wake a waiter, inotify on the event loop (asyncinotify, the Linux path)
 against watchfiles (the path elsewhere), in alternating pairs; and what each watcher costs an idle process.
 
-A thread of this process touches a run's wake file (as a worker's commit does, ``WakeFiles.touch_run``) 200 times,
-5 ms apart, and the watcher's callback on the event loop notes when it came: latency = wake - touch. Then one second
-with no touch: the process's CPU in that second (the watcher's thread, for watchfiles, included).
+A thread of this process touches a run's wake file (as a worker's commit does, ``WakeFiles.touch`` of a ``run_file``)
+200 times, 5 ms apart, and the watcher's callback on the event loop notes when it came: latency = wake - touch. Then
+one second with no touch: the process's CPU in that second (the watcher's thread, for watchfiles, included).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 
-from muster_api.dispatch.wakefiles import WakeFiles
+from muster_api.dispatch.wakefiles import WakeFiles, run_file
 
 PAIRS = 6
 TOUCHES = 200
@@ -41,21 +41,23 @@ async def one_leg(files: WakeFiles, how: str) -> tuple[float, float, float]:
     async with anyio.create_task_group() as group:
         await group.start(lambda task_status: watch(wake, task_status=task_status))
         for index in range(TOUCHES):
-            name = f"r{index:04d}"
+            name = run_file(f"r{index:04d}")
+            files.follow(name)
+            woken.pop(name, None)
             touched: list[float] = []
 
             def touch(name: str = name, touched: list[float] = touched) -> None:
                 touched.append(time.perf_counter())
-                files.touch_run(name)
+                files.touch(name)
 
             thread = threading.Thread(target=touch)
             thread.start()
             with anyio.fail_after(5):
-                while f"run.{name}" not in woken:
+                while name not in woken:
                     await arrived.wait()
                     arrived = anyio.Event()
             thread.join()
-            latencies.append((woken[f"run.{name}"] - touched[0]) * 1000)
+            latencies.append((woken[name] - touched[0]) * 1000)
             await anyio.sleep(GAP_S)
         idle_from = time.process_time()
         await anyio.sleep(1.0)

@@ -11,7 +11,8 @@ them without reading the rows (``RunTail``). Any other wake-up, a gap in sequenc
 fit says "look": the reader reads the rows.
 
 SQLite has no NOTIFY: processes sharing the file wake each other through files beside it, one per kind of key and
-one per run written (its readers alone), watched with watchfiles (``wakefiles.py``).
+one per bucket of runs (their readers alone), each process watching the files of what it has waited for: its
+subscriptions, and the runs it queued (``wakefiles.py``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from muster_api.db.dialect import Dialect, dialect_of
 from muster_api.db.notify import MAX_PAYLOAD, Listening, PgNotifier
 from muster_api.db.url import sqlite_path
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.wakefiles import RUN_PREFIX, WakeFiles
+from muster_api.dispatch.wakefiles import RUN_PREFIX, WakeFiles, run_file
 from muster_dispatch import Observation
 from muster_mesh import InboxEntry, LocalNotifier
 from muster_mesh.notify import LocalSubscription
@@ -57,10 +58,16 @@ def control_key(run_id: str) -> str:
 
 
 def kind_of(key: str) -> str:
-    """Which wake file a key's waiters watch (``wakefiles.KINDS``)."""
+    """Which kind of wake file a key's waiters watch (``wakefiles.KINDS``)."""
     if key == NEW_RUN:
         return "queued"
     return "controls" if key.startswith(CONTROL_PREFIX) else "events"
+
+
+def _file_of(key: str) -> str:
+    """The wake file of a key: its kind's, or for a run (its rows, its end) the run's own."""
+    kind = kind_of(key)
+    return run_file(key) if kind == "events" else kind
 
 
 class RunEnd(NamedTuple):
@@ -117,24 +124,30 @@ class RunWaiters(LocalNotifier):
     def queued(self, run: Run) -> None:
         self.unheard[run.id] = run
         if len(self.unheard) > self.UNHEARD:  # the oldest goes: its reader reads it, as any other
-            del self.unheard[next(iter(self.unheard))]
+            self.forget(next(iter(self.unheard)))
+
+    def forget(self, run_id: str) -> None:
+        self.unheard.pop(run_id, None)
+
+    def forget_all(self) -> None:
+        self.unheard.clear()
 
     def fire(self, agent_ids: Iterable[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         keys = list(agent_ids)
         for key in keys:
-            self.unheard.pop(key, None)
+            self.forget(key)
             if (tail := self.tails.get(key)) is not None:
                 tail.looks += 1
         super().fire(keys, entries)
 
     def fire_all(self) -> None:
-        self.unheard.clear()
+        self.forget_all()
         for tail in self.tails.values():
             tail.looks += 1
         super().fire_all()
 
     def hand(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None) -> None:
-        self.unheard.pop(run_id, None)
+        self.forget(run_id)
         if (tail := self.tails.get(run_id)) is not None:
             tail.add(batch, end)
         super().fire([run_id])
@@ -174,7 +187,7 @@ class RunListener(PgNotifier):
         if rest.startswith(_HANDED_RUN) and (end := rest.find('"', len(_HANDED_RUN))) > 0:
             run_id = rest[len(_HANDED_RUN) : end]
             if "\\" not in run_id and run_id not in self.waiters.tails:
-                self.waiters.unheard.pop(run_id, None)
+                self.waiters.forget(run_id)
                 return
         try:
             doc = json.loads(rest)
@@ -192,12 +205,12 @@ class RunNotifier:
     def __init__(self, engine: AsyncEngine, dialect: Dialect | None = None, listening: Listening | None = None) -> None:
         """``listening``: the process's listening connection (PostgreSQL), else one of this notifier's own."""
         dialect = dialect or dialect_of(engine)
-        self._local = RunWaiters()
         on_postgresql: bool = dialect.pick(sqlite=False, postgresql=True)
-        self._pg = RunListener(engine, self._local, listening) if on_postgresql else None
         # An in-memory SQLite database has no other process to hear from.
-        database = sqlite_path(engine.url.render_as_string()) if self._pg is None else None
+        database = None if on_postgresql else sqlite_path(engine.url.render_as_string())
         self._files = WakeFiles(database) if database is not None else None
+        self._local = RunWaiters()
+        self._pg = RunListener(engine, self._local, listening) if on_postgresql else None
         self._keys: Counter[str] = Counter()
 
     @property
@@ -217,6 +230,8 @@ class RunNotifier:
     async def subscribe(self, key: str) -> AsyncIterator[LocalSubscription]:
         self._keys[key] += 1
         self._local.tails.setdefault(key, RunTail())
+        if self._files is not None:
+            self._files.follow(_file_of(key))
         try:
             async with self._local.subscribe(key) as sub:
                 yield sub
@@ -234,11 +249,13 @@ class RunNotifier:
     def queuing(self, run: Run) -> Iterator[None]:
         """Around the write that queues ``run``: from before it, any wake-up naming the run (even one that comes
         before the write's answer) says it changed; if the write fails, the run is not known here."""
+        if self._files is not None:  # its writes wake this process while it is unheard of
+            self._files.follow(run_file(run.id))
         self._local.queued(run)
         try:
             yield
         except BaseException:
-            self._local.unheard.pop(run.id, None)
+            self._local.forget(run.id)
             raise
 
     def unheard(self, run_id: str) -> Run | None:
@@ -247,24 +264,20 @@ class RunNotifier:
         return self._local.unheard.get(run_id)
 
     def _wake_name(self, name: str) -> None:
-        if name.startswith(RUN_PREFIX):
-            run_id = name.removeprefix(RUN_PREFIX)
-            self._local.unheard.pop(run_id, None)
-            if run_id in self._keys:
-                self._local.fire([run_id])
+        if name.startswith(RUN_PREFIX):  # the runs of that file: their readers, and those queued here unheard of
+            for run_id in [run_id for run_id in self._local.unheard if run_file(run_id) == name]:
+                self._local.forget(run_id)
+            self._local.fire([key for key in self._keys if kind_of(key) == "events" and run_file(key) == name])
             return
         if name == "events":  # every run's readers look (touches were lost)
-            self._local.unheard.clear()
+            self._local.forget_all()
         self._local.fire([key for key in self._keys if kind_of(key) == name])
 
     def _touch(self, keys: Iterable[str]) -> None:
         if self._files is None:
             return
-        for key in set(keys):
-            if kind_of(key) == "events":  # a run's rows or its end: its readers alone
-                self._files.touch_run(key)
-        for kind in {kind_of(key) for key in keys} - {"events"}:
-            self._files.touch(kind)
+        for name in {_file_of(key) for key in keys}:  # a run's rows or its end: the readers of its file alone
+            self._files.touch(name)
 
     async def in_transaction(self, conn: AsyncConnection, keys: Sequence[str]) -> None:
         if self._pg is not None:

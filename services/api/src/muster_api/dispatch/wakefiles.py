@@ -1,20 +1,23 @@
 """Wake-ups between processes sharing one SQLite file, through files beside it: after a commit that others wait for,
-a process writes a byte to the file of its kind (``queued``: a run to claim; ``events``: a run's journal or its end;
-``controls``: a steer or cancel) in ``<database>-wake/``, and every process watching that directory wakes its
-waiters of that kind. A commit nobody waits for (the mesh's) touches none of them and wakes nobody.
+a process writes a byte to the file of its kind (``queued``: a run to claim; ``controls``: a steer or cancel; a run's
+journal or its end: the run's file, ``run.<bucket>``) in ``<database>-wake/``, and the processes watching that file
+wake their waiters of it. A commit nobody waits for (the mesh's) touches none of them and wakes nobody.
 
-On Linux the watch is inotify read on the event loop (``asyncinotify``: the loop polls the inotify descriptor beside
-its sockets, so a touch wakes the waiters in the loop's next turn); elsewhere ``watchfiles``, whose thread looks at
-what the platform's notifications gathered every ``STEP_MS`` and hands a batch over after one quiet step. Measured
-(bench/runs/wake.py, six alternating pairs), a touch's wake-up took p50 0.25-0.38 ms against watchfiles' 3.3-3.5 ms,
-and a run's SSE event on another API instance missed its goal (p99 within 3x of a no-op's) in every pair with
-watchfiles; see docs/design.md.
+On Linux a process watches only the files of what it has waited for since it started (``follow``), each file an
+inotify watch read on the event loop (``asyncinotify``: the loop polls the inotify descriptor beside its sockets, so
+a touch wakes the waiters in the loop's next turn). An instance that followed no run hears no run's writes, and a
+worker hears the queue and the controls, not every run's rows: with the directory watched, each process woke at every
+write of every run. A watch once set stays: there are at most ``BUCKETS`` and three more, and removing an inotify
+watch took 0.3 ms here (the kernel waits for its readers to let go), a stall of the loop at every run's end.
+Elsewhere ``watchfiles`` watches the directory (every file), its thread looking at what the platform's notifications
+gathered every ``STEP_MS`` and handing a batch over after one quiet step. Measured (bench/runs/wake.py, six
+alternating pairs), a touch's wake-up took p50 0.25-0.38 ms on inotify against watchfiles' 3.3-3.5 ms, and a run's
+SSE event on another API instance missed its goal (p99 within 3x of a no-op's) in every pair with watchfiles; see
+docs/design.md.
 
-A run's journal and its end wake only the readers of that run: the writer creates, writes and removes
-``run.<run id>`` there (nothing is left behind), and a watcher wakes that run's readers alone. With one file for
-all runs, every write woke every stream of every process, and each read the database to find nothing new: with
-eight runs followed at once, eight reads for each write. A run's rows are written by one process at a time (its
-worker), one write after the other, so no two writers race on one run's file.
+A run's file is one of ``BUCKETS`` files, picked by a hash of the run id, created once and kept: its touch is one
+write of an existing file (a file created and removed for each write cost a dozen times more here), and its
+watchers wake the readers of the runs of that bucket, a run sharing it with another now and then (a spare read).
 
 Not the database's ``-wal`` file: every commit writes it, the mesh's and the process's own included, and each would
 wake the idle workers to look for runs.
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,6 +40,7 @@ if sys.platform == "linux":
 
 KINDS = ("queued", "events", "controls")
 RUN_PREFIX = "run."
+BUCKETS = 256
 WATCHING = "watching"
 """The file a process touches once its watch is set up: seeing its own touch come back is how it knows it watches
 (a touch of another kind before that could be missed)."""
@@ -49,19 +54,35 @@ that thread returns (its stop event is set after the wait, not during it): with 
 shutdown of a process waited that long while the rest of it (an A2A call it follows) went on working."""
 
 
+def run_file(run_id: str) -> str:
+    """The name of the file a run's writes touch."""
+    return f"{RUN_PREFIX}{zlib.crc32(run_id.encode()) % BUCKETS:02x}"
+
+
 class WakeFiles:
     def __init__(self, database: Path) -> None:
         self.directory = Path(f"{database}-wake")
+        self._followed: set[str] = set()
+        self._inotify: Inotify | None = None
 
-    def touch(self, kind: str) -> None:
-        """After a commit: wake the watching processes' waiters of this kind (this one's too: a spare look)."""
-        self._write(self.directory / kind)
+    def touch(self, name: str) -> None:
+        """After a commit: wake the waiters of this file (a kind, or ``run_file``) in every process watching it (this
+        one's too: a spare look)."""
+        self._write(self.directory / name)
 
-    def touch_run(self, run_id: str) -> None:
-        """After a commit of a run's rows or its end: wake the readers of that run, in every watching process."""
-        path = self.directory / f"{RUN_PREFIX}{run_id}"
-        self._write(path)
-        os.unlink(path)
+    def follow(self, name: str) -> None:
+        """Watch this file from now on: a touch after this returns wakes this process."""
+        if name in self._followed:
+            return
+        self._followed.add(name)
+        if self._inotify is not None:
+            self._add(self._inotify, name)
+
+    def _add(self, inotify: Inotify, name: str) -> None:
+        path = self.directory / name
+        if not path.exists():
+            self._write(path)
+        inotify.add_watch(path, Mask.MODIFY)
 
     def _write(self, path: Path) -> None:
         try:
@@ -76,7 +97,7 @@ class WakeFiles:
 
     async def watch(self, wake: Callable[[str], None], *, task_status: TaskStatus[None]) -> None:
         """Call ``wake(name)`` for the touches of every process, until cancelled; started once watching. A name is
-        a kind (``KINDS``) or ``run.<run id>``."""
+        a kind (``KINDS``) or a ``run_file``."""
         if sys.platform == "linux":
             await self.watch_inotify(wake, task_status=task_status)
         else:
@@ -85,18 +106,23 @@ class WakeFiles:
     if sys.platform == "linux":
 
         async def watch_inotify(self, wake: Callable[[str], None], *, task_status: TaskStatus[None]) -> None:
-            """``watch`` through inotify, read on the event loop."""
+            """``watch`` through inotify, read on the event loop: a watch for each file followed."""
             self.directory.mkdir(exist_ok=True)
             with Inotify() as inotify:
                 # Set up before it returns: a touch from now on is seen.
-                inotify.add_watch(self.directory, Mask.MODIFY)
+                for name in self._followed:
+                    self._add(inotify, name)
+                self._inotify = inotify
                 task_status.started()
-                async for event in inotify:
-                    if Mask.Q_OVERFLOW in event.mask:  # touches were lost: every waiter looks
-                        for kind in KINDS:
-                            wake(kind)
-                    elif event.name is not None and _wakes(name := event.name.name):
-                        wake(name)
+                try:
+                    async for event in inotify:
+                        if Mask.Q_OVERFLOW in event.mask:  # touches were lost: every waiter looks
+                            for kind in KINDS:
+                                wake(kind)
+                        elif Mask.MODIFY in event.mask and event.watch is not None:
+                            wake(event.watch.path.name)
+                finally:
+                    self._inotify = None
 
     async def watch_watchfiles(self, wake: Callable[[str], None], *, task_status: TaskStatus[None]) -> None:
         """``watch`` through watchfiles."""
