@@ -23,6 +23,7 @@ from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import RunNotifier, RunWaiters
 from muster_api.dispatch.routes import SseResponse
 from muster_api.dispatch.store import SqlRunStore, new_run_id, observation_json
+from muster_api.dispatch.wakefiles import run_file
 from muster_api.dispatch.worker import ending
 from muster_api.served.handler import ServedAgentHandler
 from muster_api.settings import Settings
@@ -203,6 +204,20 @@ def test_what_this_process_queued_is_forgotten_at_any_wake_up_naming_it_or_all()
     for index in range(RunWaiters.UNHEARD + 1):
         waiters.queued(runs[0].model_copy(update={"id": f"q{index}"}))
     assert len(waiters.unheard) == RunWaiters.UNHEARD and "q0" not in waiters.unheard
+
+
+def test_a_wake_of_one_file_forgets_the_runs_queued_here_of_that_file_alone() -> None:
+    waiters = RunWaiters(group=run_file)
+    ids = [new_run_id() for _ in range(64)]
+    for run_id in ids:
+        waiters.queued(Run(id=run_id, agent="a", prompt="p", workspace="w", status="queued", queued_at=NOW))
+    woken = run_file(ids[0])
+    waiters.hand(ids[1], [], None)  # forgotten on its own before its file wakes
+    waiters.forget_group(woken)
+    assert set(waiters.unheard) == {run_id for run_id in ids[2:] if run_file(run_id) != woken}
+    for run_id in ids:
+        waiters.forget_group(run_file(run_id))
+    assert waiters.unheard == {}
 
 
 async def test_a_run_whose_queueing_failed_is_not_known_here(db_url: str) -> None:

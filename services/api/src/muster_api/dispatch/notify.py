@@ -21,7 +21,7 @@ import itertools
 import json
 import logging
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from typing import NamedTuple
 
@@ -116,21 +116,38 @@ class RunWaiters(LocalNotifier):
 
     UNHEARD = 1000
 
-    def __init__(self) -> None:
+    def __init__(self, group: Callable[[str], str] | None = None) -> None:
+        """``group``: the wake file of a run (SQLite), by which its unheard runs are also kept, so that a wake of one
+        file forgets its runs in one lookup."""
         super().__init__()
         self.tails: dict[str, RunTail] = {}
         self.unheard: dict[str, Run] = {}
+        self._group = group
+        self._grouped: dict[str, set[str]] = {}
 
     def queued(self, run: Run) -> None:
         self.unheard[run.id] = run
+        if self._group is not None:
+            self._grouped.setdefault(self._group(run.id), set()).add(run.id)
         if len(self.unheard) > self.UNHEARD:  # the oldest goes: its reader reads it, as any other
             self.forget(next(iter(self.unheard)))
 
     def forget(self, run_id: str) -> None:
-        self.unheard.pop(run_id, None)
+        if self.unheard.pop(run_id, None) is not None and self._group is not None:
+            name = self._group(run_id)
+            grouped = self._grouped[name]
+            grouped.discard(run_id)
+            if not grouped:
+                del self._grouped[name]
+
+    def forget_group(self, name: str) -> None:
+        """Forget the unheard runs of this wake file (``group``)."""
+        for run_id in self._grouped.pop(name, ()):
+            del self.unheard[run_id]
 
     def forget_all(self) -> None:
         self.unheard.clear()
+        self._grouped.clear()
 
     def fire(self, agent_ids: Iterable[str], entries: Mapping[str, InboxEntry] | None = None) -> None:
         keys = list(agent_ids)
@@ -209,9 +226,11 @@ class RunNotifier:
         # An in-memory SQLite database has no other process to hear from.
         database = None if on_postgresql else sqlite_path(engine.url.render_as_string())
         self._files = WakeFiles(database) if database is not None else None
-        self._local = RunWaiters()
+        self._local = RunWaiters(run_file if self._files is not None else None)
         self._pg = RunListener(engine, self._local, listening) if on_postgresql else None
         self._keys: Counter[str] = Counter()
+        # The run keys subscribed here, by wake file (SQLite): a wake of one file fires its readers in one lookup.
+        self._readers: dict[str, set[str]] = {}
 
     @property
     def shared(self) -> bool:
@@ -231,7 +250,10 @@ class RunNotifier:
         self._keys[key] += 1
         self._local.tails.setdefault(key, RunTail())
         if self._files is not None:
-            self._files.follow(_file_of(key))
+            name = _file_of(key)
+            self._files.follow(name)
+            if kind_of(key) == "events":
+                self._readers.setdefault(name, set()).add(key)
         try:
             async with self._local.subscribe(key) as sub:
                 yield sub
@@ -240,6 +262,17 @@ class RunNotifier:
             if not self._keys[key]:
                 del self._keys[key]
                 del self._local.tails[key]
+                self._unread(key)
+
+    def _unread(self, key: str) -> None:
+        """``key`` no longer followed here: out of its file's readers."""
+        if self._files is None or kind_of(key) != "events":
+            return
+        name = _file_of(key)
+        readers = self._readers[name]
+        readers.discard(key)
+        if not readers:
+            del self._readers[name]
 
     def tail(self, run_id: str) -> RunTail:
         """The run's tail while this process has a subscription to it."""
@@ -265,9 +298,8 @@ class RunNotifier:
 
     def _wake_name(self, name: str) -> None:
         if name.startswith(RUN_PREFIX):  # the runs of that file: their readers, and those queued here unheard of
-            for run_id in [run_id for run_id in self._local.unheard if run_file(run_id) == name]:
-                self._local.forget(run_id)
-            self._local.fire([key for key in self._keys if kind_of(key) == "events" and run_file(key) == name])
+            self._local.forget_group(name)
+            self._local.fire(list(self._readers.get(name, ())))
             return
         if name == "events":  # every run's readers look (touches were lost)
             self._local.forget_all()
