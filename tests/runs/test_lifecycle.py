@@ -124,6 +124,25 @@ async def test_steering_a_custom_agent_is_refused_in_the_journal(
         assert (await finished(client, run["id"]))["status"] == "completed"
 
 
+async def test_a_steer_posted_while_a_short_run_was_queued_reaches_its_turn(
+    db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A turn over within a few loop turns is concluded without the follower of its controls, unless controls were
+    posted while it was queued: those are read before its turn runs."""
+    root = dispatch_env(monkeypatch, tmp_path, workers=1)
+    async with dispatch_app(db_url, tmp_path) as client:
+        busy = await start(client, agent="hold", prompt="gate", workspace="a")
+        await read_sse(client, busy["id"], stop_after=2)
+        short = await start(client, agent="fast", prompt="go", workspace="b")  # the one worker is busy
+        assert (await client.post(f"/dispatch/runs/{short['id']}/steer", json={"text": "x"})).status_code == 202
+        (root / "a" / "gate").touch()
+        assert (await finished(client, short["id"]))["status"] == "completed"
+        stream = await read_sse(client, short["id"])
+        assert [e["data"]["event"].get("code") for e in stream.events if e["data"]["event"]["type"] == "warning"] == [
+            "steering"
+        ]
+
+
 async def test_a_failing_turn_is_a_failed_run_never_a_5xx(
     db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

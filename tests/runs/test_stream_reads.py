@@ -283,6 +283,38 @@ async def test_the_sse_response_ends_with_its_last_item_and_writes_nothing_for_a
     ]
 
 
+async def test_an_sse_response_ends_when_its_client_leaves_and_only_then() -> None:
+    closed, left, written = anyio.Event(), anyio.Event(), anyio.Event()
+    sent: list[Any] = []
+
+    async def items() -> AsyncIterator[bytes]:
+        try:
+            yield b"id: 1\n\n"
+            await anyio.sleep_forever()  # a run that goes on without events
+            yield b"never"
+        finally:
+            closed.set()
+
+    async def receive() -> Any:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+        if message.get("body"):
+            written.set()
+
+    response = SseResponse(items(), [])
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(response, {"type": "http"}, receive, send)
+            await written.wait()
+            assert not closed.is_set()
+            left.set()
+            await closed.wait()
+    assert [m.get("body") for m in sent] == [None, b"id: 1\n\n"]
+
+
 async def test_an_sse_response_whose_items_stop_unannounced_still_ends() -> None:
     async def items() -> AsyncIterator[bytes]:
         yield b"id: 1\n\n"

@@ -116,6 +116,15 @@ class Dispatch:
             raise StopAsyncIteration
         return event
 
+    def start(self) -> None:
+        """Start the turn now, without waiting for it (``result()`` and iterating start it too)."""
+        self._start()
+
+    @property
+    def over(self) -> bool:
+        """Whether the turn has ended: its result is ready."""
+        return self._task is not None and self._task.done()
+
     async def result(self) -> TurnResult:
         """The TurnResult; raises ``ReplayDivergence`` when a replay diverges under ``"fail"`` or is exhausted."""
         task = self._start()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Header, Path, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state, egress_setting
@@ -177,6 +179,21 @@ class SseResponse(StreamingResponse):
     def __init__(self, items: AsyncIterator[bytes], over: list[bool]) -> None:
         super().__init__(items, media_type="text/event-stream", headers=SSE_HEADERS)
         self.items, self.over = items, over
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The stream, ended when the client leaves. The listener for the client's leaving is a task of the loop
+        cancelled once the stream is over, where Starlette's is a task group whose cancellation (anyio's, which
+        formats the current task's repr) cost more than a short run's stream; leaving, rare, cancels the stream."""
+        with anyio.CancelScope() as stream:
+            listener = asyncio.get_running_loop().create_task(self._left(receive, stream))
+            try:
+                await self.stream_response(send)
+            finally:
+                listener.cancel()
+
+    async def _left(self, receive: Receive, stream: anyio.CancelScope) -> None:
+        await self.listen_for_disconnect(receive)
+        stream.cancel()
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

@@ -4,7 +4,9 @@ the next queued run in the same write (one round trip per short run on PostgreSQ
 While a run executes, its worker renews the lease, flushes the journal as events come, and follows the run's
 controls (steer, cancel) wherever they were posted: the notifier wakes it, the controls are rows. A worker that
 loses its lease (another process saw it lapse and interrupted the run) cancels the dispatch and stores nothing more.
-A worker shut down mid-run cancels the dispatch (no CLI left behind) and marks the run interrupted at once.
+A worker shut down mid-run cancels the dispatch (no CLI left behind) and marks the run interrupted at once. A run
+whose turn ends within a few turns of the event loop (no controls waiting for it, no claims check to run) needs none
+of this: its rows and its end are one write.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
+import anyio.lowlevel
 
-from muster_api.dispatch.claims_watch import ClaimsLookup, warn_of_claims
+from muster_api.dispatch.claims_watch import ClaimsLookup, in_work_tree, warn_of_claims
 from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import RunRequestError
 from muster_api.dispatch.journal import SqlJournal
@@ -49,6 +52,8 @@ from muster_mesh import Mesh, MeshError
 log = logging.getLogger("muster.dispatch.worker")
 
 STATUS = {"completed": "completed", "failed": "failed", "canceled": "cancelled"}
+# A turn that ended within this many turns of the event loop after it started needs no helper task (``_ended_soon``).
+QUICK_TURNS = 3
 # Without LISTEN/NOTIFY (SQLite) a write by another process wakes nobody: waiters look again this often.
 UNSHARED_POLL_SECONDS = 0.5
 
@@ -254,23 +259,23 @@ async def _execute(
             return await _end(state, run, owner, failed(exc, now()), journal)
     values: dict[str, Any] | None = None
     claimed: tuple[Run, bool] | None = None
+    claims = state.claims if run.replay_of is None else None  # a replay changes no file
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(journal.keep_flushing)
-            group.start_soon(_tend, state, run, owner, running, journal, has_controls)
-            if presence is not None:
-                group.start_soon(presence.keep)
-            try:
-                result = await running.result()
-                if isinstance(agent, FallbackAgent):
-                    state.resting.note(run.agent, result, now())
-                values = outcome(result, now())
-            except DispatchError as exc:  # a replay that diverged or ran out
-                values = failed(exc, now())
-            if state.claims is not None and run.replay_of is None:
-                scope = {"dispatch": running.id, "agent": running.agent.name}
-                await warn_of_claims(state.claims, workspace, journal, scope)
-            group.cancel_scope.cancel()
+        # Controls posted while it was queued, or a claims check to run (under a renewed lease), need the helpers
+        # from the start.
+        if not has_controls and not (claims is not None and in_work_tree(workspace)) and await _ended_soon(running):
+            values = await _concluded(state, run, agent, running)
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(journal.keep_flushing)
+                group.start_soon(_tend, state, run, owner, running, journal)
+                if presence is not None:
+                    group.start_soon(presence.keep)
+                values = await _concluded(state, run, agent, running)
+                if claims is not None:
+                    scope = {"dispatch": running.id, "agent": running.agent.name}
+                    await warn_of_claims(claims, workspace, journal, scope)
+                group.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await _leave(state, run, presence)
@@ -285,6 +290,29 @@ async def _execute(
             else:
                 claimed = await _end(state, run, owner, values, journal)
     return claimed
+
+
+async def _ended_soon(running: Dispatch) -> bool:
+    """Whether the turn, started now, ended within a few turns of the event loop: such a run's end is stored without
+    the helper tasks a longer one needs (its journal's flusher, the follower of its controls and lease, its presence
+    on the mesh), which cost more to start and cancel than a short run's own work."""
+    running.start()
+    for _ in range(QUICK_TURNS):
+        await anyio.lowlevel.checkpoint()
+        if running.over:
+            return True
+    return False
+
+
+async def _concluded(state: WorkerState, run: Run, agent: DispatchAgent, running: Dispatch) -> dict[str, Any]:
+    """The run's outcome once its turn ended."""
+    try:
+        result = await running.result()
+    except DispatchError as exc:  # a replay that diverged or ran out
+        return failed(exc, state.now())
+    if isinstance(agent, FallbackAgent):
+        state.resting.note(run.agent, result, state.now())
+    return outcome(result, state.now())
 
 
 async def _leave(state: WorkerState, run: Run, presence: RunPresence | None) -> None:
@@ -334,14 +362,12 @@ async def _renewed(state: WorkerState, run: Run, owner: str, running: Dispatch) 
     return kept
 
 
-async def _tend(
-    state: WorkerState, run: Run, owner: str, running: Dispatch, journal: SqlJournal, look_first: bool
-) -> None:
+async def _tend(state: WorkerState, run: Run, owner: str, running: Dispatch, journal: SqlJournal) -> None:
     """Follow the run's controls (wherever they were posted: the notifier wakes this task, the controls are rows) and
-    renew its lease every ``renew_every``, in one task: most runs end before either has anything to do, and a task
-    each was started and cancelled for every run."""
+    renew its lease every ``renew_every``, in one task. It looks at once: controls posted while the run was queued,
+    or since its claim, before this task subscribed."""
     seen = 0
-    look = look_first
+    look = True
     renew_at: float | None = anyio.current_time() + state.settings.renew_every
     async with state.notifier.subscribe(control_key(run.id)) as sub:
         while True:
