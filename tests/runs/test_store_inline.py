@@ -7,7 +7,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -18,11 +17,10 @@ from muster_api.dispatch.component import run_store
 from muster_api.dispatch.notify import RunNotifier
 from muster_api.dispatch.store import SqlRunStore, new_run_id
 from muster_dispatch import Observation
+from tests.runs.test_store import NOW, _queue
 from tests.support.databases import sqlite_copy
 
 pytestmark = pytest.mark.anyio
-
-NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 @asynccontextmanager
@@ -36,36 +34,18 @@ async def _store(path: Path) -> AsyncIterator[SqlRunStore]:
         await engine.dispose()
 
 
-async def _queue(store: SqlRunStore, workspace: str) -> str:
-    run_id = new_run_id()
-    values = {
-        "id": run_id,
-        "agent": "fast",
-        "prompt": "p",
-        "workspace": workspace,
-        "active_workspace": workspace,
-        "request": {"continuation": None, "live_input": False},
-        "status": "queued",
-        "deadline_s": None,
-        "idempotency_key": None,
-        "queued_at": NOW,
-    }
-    await store.create(values)
-    return run_id
-
-
 async def test_a_write_refused_for_the_lock_waits_for_it_on_the_drivers_thread(
     sqlite_template: Path, tmp_path: Path
 ) -> None:
     path = sqlite_copy(sqlite_template, tmp_path / "muster.db").removeprefix("sqlite:///")
     async with _store(Path(path)) as store:
-        first = await _queue(store, "a")
+        first = await _queue(store, new_run_id(), "a")
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")  # another process's write in progress
         queued: list[str] = []
 
         async def queue_second() -> None:
-            queued.append(await _queue(store, "b"))
+            queued.append(await _queue(store, new_run_id(), "b"))
 
         async with anyio.create_task_group() as group:
             group.start_soon(queue_second)
@@ -87,7 +67,7 @@ async def test_the_log_is_checkpointed_though_the_connection_in_place_never_does
     batches, rows = 2000, 4
     text = "x" * 2000  # a batch is about two pages of the log
     async with _store(path) as store:
-        run_id = await _queue(store, "a")
+        run_id = await _queue(store, new_run_id(), "a")
         for batch in range(batches):
             observations = [
                 Observation(batch * rows + seq, NOW.isoformat(), "agent", {}, {"type": "text", "text": text})

@@ -14,11 +14,11 @@ machinery around each cost more CPU than the statement.
 
 A call runs in place, on the event loop's thread, when SQLite's lock lets it start at once (``_Inline``): a trip to a
 driver's thread is two thread wake-ups (a stream's read cost 0.15-0.19 ms of CPU through the thread here, 0.06 ms in
-place; queueing a run 0.19-0.30 against 0.11-0.20). A call that would
-wait for the lock goes to a driver's thread, which waits: writes to one connection held out of the pool, reads to
-another, so that a read never waits behind a write waiting for the lock. Either way a whole transaction is one call,
-so no two of them interleave. The statements are SQLAlchemy's compilation of the core's (``DriverStatement``), their
-parameters bound and their columns decoded by the columns' own types.
+place; queueing a run 0.19-0.30 against 0.11-0.20). A call that would wait for the lock goes to a driver's thread,
+which waits: writes to one connection held out of the pool, reads to another, so that a read never waits behind a
+write waiting for the lock. Either way a whole transaction is one call, so no two of them interleave. The statements
+are SQLAlchemy's compilation of the core's (``DriverStatement``), their parameters bound and their columns decoded by
+the columns' own types.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from sqlalchemy import bindparam, exists, insert, null, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from muster_api.db.engine import SQLITE_MMAP_BYTES
+from muster_api.db.engine import SQLITE_CONNECTION_PRAGMAS
 from muster_api.db.sqlite_driver import NAMED, DriverStatement, in_transaction, on_driver_thread
 from muster_api.db.url import sqlite_path
 from muster_api.dispatch.models import Run
@@ -215,10 +215,9 @@ class _Elsewhere(Exception):
 
 class _Inline:
     """A connection used on the event loop's thread: a call runs in place, where a trip to aiosqlite's thread and
-    back is two thread wake-ups. It never waits: its
-    busy timeout is zero, and a call SQLite refuses for its lock (another process writing, or this one on the
-    driver's thread) goes to the driver's thread, which waits for it. Every call begins with its transaction or is
-    one statement, so a refused call changed nothing.
+    back is two thread wake-ups. It never waits: its busy timeout is zero, and a call SQLite refuses for its lock
+    (another process writing, or this one on the driver's thread) goes to the driver's thread, which waits for it.
+    Every call begins with its transaction or is one statement, so a refused call changed nothing.
 
     It never checkpoints either (a checkpoint syncs the files): every ``CHECKPOINT_EVERY``-th write goes to the
     driver's thread, whose connection checkpoints the log once it has grown past SQLite's threshold."""
@@ -253,12 +252,7 @@ class _Inline:
 
 def _inline_connection(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-    for pragma in (
-        "PRAGMA foreign_keys=ON",
-        "PRAGMA synchronous=NORMAL",
-        "PRAGMA wal_autocheckpoint=0",
-        f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}",
-    ):
+    for pragma in (*SQLITE_CONNECTION_PRAGMAS, "PRAGMA wal_autocheckpoint=0"):
         conn.execute(pragma)
     return conn
 

@@ -24,7 +24,7 @@ import anyio.lowlevel
 from muster_api.dispatch.claims_watch import ClaimsLookup, in_work_tree, warn_of_claims
 from muster_api.dispatch.config import DispatchAgents
 from muster_api.dispatch.errors import RunRequestError
-from muster_api.dispatch.journal import SqlJournal
+from muster_api.dispatch.journal import BURST_TURNS, SqlJournal
 from muster_api.dispatch.membership import Member, RunPresence, muster_executable
 from muster_api.dispatch.models import Run
 from muster_api.dispatch.notify import NEW_RUN, RunEnd, RunNotifier, control_key, shielded
@@ -52,8 +52,6 @@ from muster_mesh import Mesh, MeshError
 log = logging.getLogger("muster.dispatch.worker")
 
 STATUS = {"completed": "completed", "failed": "failed", "canceled": "cancelled"}
-# A turn that ended within this many turns of the event loop after it started needs no helper task (``_ended_soon``).
-QUICK_TURNS = 3
 # Without LISTEN/NOTIFY (SQLite) a write by another process wakes nobody: waiters look again this often.
 UNSHARED_POLL_SECONDS = 0.5
 
@@ -293,11 +291,11 @@ async def _execute(
 
 
 async def _ended_soon(running: Dispatch) -> bool:
-    """Whether the turn, started now, ended within a few turns of the event loop: such a run's end is stored without
-    the helper tasks a longer one needs (its journal's flusher, the follower of its controls and lease, its presence
-    on the mesh), which cost more to start and cancel than a short run's own work."""
+    """Whether the turn, started now, ended within the turns of the event loop the journal's flusher gives a burst:
+    such a run's end is stored without the helper tasks a longer one needs (its journal's flusher, the follower of its
+    controls and lease, its presence on the mesh), which cost more to start and cancel than a short run's own work."""
     running.start()
-    for _ in range(QUICK_TURNS):
+    for _ in range(BURST_TURNS):
         await anyio.lowlevel.checkpoint()
         if running.over:
             return True
@@ -367,17 +365,14 @@ async def _tend(state: WorkerState, run: Run, owner: str, running: Dispatch, jou
     renew its lease every ``renew_every``, in one task. It looks at once: controls posted while the run was queued,
     or since its claim, before this task subscribed."""
     seen = 0
-    look = True
     renew_at: float | None = anyio.current_time() + state.settings.renew_every
     async with state.notifier.subscribe(control_key(run.id)) as sub:
         while True:
-            if look:
-                with shielded():
-                    pending = await state.store.controls_after(run.id, seen)
-                for control_id, kind, text in pending:
-                    seen = control_id
-                    await _apply(kind, text, running, journal)
-            look = True
+            with shielded():
+                pending = await state.store.controls_after(run.id, seen)
+            for control_id, kind, text in pending:
+                seen = control_id
+                await _apply(kind, text, running, journal)
             if renew_at is not None and anyio.current_time() >= renew_at:
                 kept = await _renewed(state, run, owner, running)
                 renew_at = anyio.current_time() + state.settings.renew_every if kept else None
