@@ -18,9 +18,9 @@ from sqlalchemy.exc import IntegrityError
 from muster_api.db.engine import create_engine
 from muster_api.dispatch.component import DispatchState, run_store
 from muster_api.dispatch.errors import UnknownRunError
-from muster_api.dispatch.events import sse_stream
+from muster_api.dispatch.events import handed_over, sse_stream
 from muster_api.dispatch.models import Run
-from muster_api.dispatch.notify import RunNotifier, RunWaiters
+from muster_api.dispatch.notify import RunEnd, RunNotifier, RunWaiters
 from muster_api.dispatch.routes import SseResponse
 from muster_api.dispatch.store import SqlRunStore, new_run_id, observation_json
 from muster_api.dispatch.wakefiles import run_file
@@ -75,6 +75,20 @@ async def process(db_url: str) -> AsyncIterator[tuple[RunNotifier, SqlRunStore]]
     finally:
         await store.aclose()
         await engine.dispose()
+
+
+@asynccontextmanager
+async def two_processes(db_url: str) -> AsyncIterator[tuple[RunNotifier, Counting, RunNotifier, SqlRunStore]]:
+    """Two processes on the database, their notifiers listening: the first one's store counts its reads."""
+    async with (
+        process(db_url) as (notifier, store),
+        process(db_url) as (other, elsewhere),
+        anyio.create_task_group() as group,
+    ):
+        await group.start(notifier.run)
+        await group.start(other.run)
+        yield notifier, Counting(store), other, elsewhere
+        group.cancel_scope.cancel()
 
 
 def _state(notifier: RunNotifier, store: Any, **more: Any) -> DispatchState:
@@ -145,15 +159,80 @@ async def test_the_stream_of_a_run_over_when_it_opens_is_one_item(db_url: str) -
         assert first.endswith("\n\n") and first.count("event: result\n") == 1 and first.index("event: result") > 0
 
 
-async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db_url: str) -> None:
-    async with (
-        process(db_url) as (notifier, store),
-        process(db_url) as (other, elsewhere),
-        anyio.create_task_group() as group,
-    ):
+def _events(stream_text: str) -> list[tuple[str | None, str | None, Any]]:
+    """A stream's events as (event name, id, decoded data), its retry advice left out."""
+    found = []
+    for block in stream_text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith("retry"))
+        if fields:
+            found.append((fields.get("event"), fields.get("id"), json.loads(fields["data"])))
+    return found
+
+
+async def test_a_short_run_queued_here_streams_what_its_end_handed_over_without_a_read(db_url: str) -> None:
+    """The end of a run whose journal is one write hands the whole journal over with it: a stream of the process that
+    queued the run, opened after that, reads nothing and says what a stream reading the rows says."""
+    async with two_processes(db_url) as (notifier, counting, other, elsewhere):
+        store = counting.store
+        run_id = await _queue(store, new_run_id(), "w")
+        # The wake-up carries rows across processes on PostgreSQL (NOTIFY), within the process on SQLite (wake files
+        # carry nothing): there the process that queued it executes it, as `muster serve` with its own workers does.
+        worker = elsewhere if db_url.startswith("postgresql") else store
+        claimed = await worker.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        rows = [_row(1), _row(2), _row(3)]
+        assert await worker.finish(run_id, "w1", _completed(), rows, ending(claimed[0], _completed(), 3))
+        with anyio.fail_after(30):
+            while notifier.ended(run_id) is None:
+                await anyio.sleep(0.01)
+        kept = handed_over(_state(notifier, counting), run_id, 0)
+        assert kept is not None and counting.reads == []
+        assert kept.startswith(b"retry: 1000\n\n")
+        read = b"".join([chunk async for chunk in sse_stream(_state(other, Counting(elsewhere)), run_id, 0)])
+        assert _events(kept.decode()) == _events(read.decode())
+        assert [seq for _, seq, _ in _events(kept.decode())] == ["1", "2", "3", None]
+        resumed = handed_over(_state(notifier, counting), run_id, 2)
+        assert resumed is not None and [seq for _, seq, _ in _events(resumed.decode())] == ["3", None]
+        assert handed_over(_state(other, elsewhere), run_id, 0) is None  # not queued there
+
+
+async def test_a_run_whose_journal_took_several_writes_is_read(db_url: str) -> None:
+    async with process(db_url) as (notifier, store):
         counting = Counting(store)
-        await group.start(notifier.run)
-        await group.start(other.run)
+        run_id = await _queue(store, new_run_id(), "w")
+        claimed = await store.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        await store.append_events(run_id, [_row(1)])
+        assert await store.finish(run_id, "w1", _completed(), [_row(2)], ending(claimed[0], _completed(), 2))
+        assert handed_over(_state(notifier, counting), run_id, 0) is None
+        streamed = b"".join([chunk async for chunk in sse_stream(_state(notifier, counting), run_id, 0)])
+        assert counting.reads == ["run, rows"]
+        assert [seq for _, seq, _ in _events(streamed.decode())] == ["1", "2", None]
+
+
+def test_only_a_whole_journal_with_its_end_is_kept_for_a_run_queued_here() -> None:
+    waiters = RunWaiters()
+    runs = [Run(id=f"r{i}", agent="a", prompt="p", workspace="w", status="queued", queued_at=NOW) for i in range(5)]
+    for run in runs:
+        waiters.queued(run)
+    end = RunEnd(2, runs[0].model_dump_json())
+    waiters.hand("r0", [_row(1), _row(2)], end)
+    waiters.hand("r1", [_row(2)], end)  # not from its first row: something was missed
+    waiters.hand("r2", [_row(1), _row(2)], None)  # not its end
+    waiters.hand("r3", [_row(1), _row(2)], RunEnd(3, end.run))  # not its last row
+    waiters.hand("elsewhere", [_row(1), _row(2)], end)  # not queued here
+    assert list(waiters.ended) == ["r0"] and waiters.ended["r0"].observations == (_row(1), _row(2))
+    waiters.fire(["r0"])  # an end is final: a later wake-up naming the run changes nothing
+    waiters.fire_all()
+    assert list(waiters.ended) == ["r0"]
+    for index in range(RunWaiters.UNHEARD + 1):
+        waiters.queued(runs[4].model_copy(update={"id": f"q{index}"}))
+        waiters.hand(f"q{index}", [], RunEnd(0, end.run))
+    assert len(waiters.ended) == RunWaiters.UNHEARD and "r0" not in waiters.ended
+
+
+async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db_url: str) -> None:
+    async with two_processes(db_url) as (notifier, counting, _, elsewhere):
         run_id = await _queue(elsewhere, new_run_id(), "w")
         stream = sse_stream(_state(notifier, counting), run_id, 0)
         assert await anext(stream) == b""
@@ -162,21 +241,13 @@ async def test_a_stream_of_a_run_queued_by_another_process_reads_the_run_once(db
         with anyio.fail_after(30):
             assert (await anext(stream)).endswith(b"\nid: 1\n\n")
         await stream.aclose()
-        group.cancel_scope.cancel()
 
 
 async def test_a_run_queued_here_that_a_wake_up_named_is_read_again(db_url: str) -> None:
     """Rows another process wrote before the stream opened reach it: their wake-up made this process forget the run
     as it queued it."""
-    async with (
-        process(db_url) as (notifier, store),
-        process(db_url) as (other, elsewhere),
-        anyio.create_task_group() as group,
-    ):
-        counting = Counting(store)
-        await group.start(notifier.run)
-        await group.start(other.run)
-        run_id = await _queue(store, new_run_id(), "w")
+    async with two_processes(db_url) as (notifier, counting, _, elsewhere):
+        run_id = await _queue(counting.store, new_run_id(), "w")
         assert notifier.unheard(run_id) is not None
         assert await elsewhere.claim("w1", NOW, NOW + LEASE) is not None
         await elsewhere.append_events(run_id, [_row(1), _row(2)])
@@ -188,7 +259,6 @@ async def test_a_run_queued_here_that_a_wake_up_named_is_read_again(db_url: str)
         assert counting.reads == ["run, rows"]
         assert first.count(b"\nid: ") == 2
         await stream.aclose()
-        group.cancel_scope.cancel()
 
 
 def test_what_this_process_queued_is_forgotten_at_any_wake_up_naming_it_or_all() -> None:
@@ -232,7 +302,8 @@ async def test_a_run_whose_queueing_failed_is_not_known_here(db_url: str) -> Non
 
 
 async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_reading_it(db_url: str) -> None:
-    """A blocking A2A ``SendMessage`` waits for the run it queued: one read, after the wake-up of its end."""
+    """A blocking A2A ``SendMessage`` waits for the run it queued: no read, its end's wake-up handed everything over
+    (a run whose journal took several writes is read once, after the wake-up of its end)."""
     async with process(db_url) as (notifier, store), anyio.create_task_group() as group:
         counting = Counting(store)
         state = _state(notifier, counting, settings=SimpleNamespace(renew_every=60.0))
@@ -241,10 +312,10 @@ async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_readin
         run_id = await _queue(store, new_run_id(), "w")
         answers: list[Any] = []
 
-        async def answer() -> None:
+        async def answer(run_id: str) -> None:
             answers.append(await handler._finished(run_id))
 
-        group.start_soon(answer)
+        group.start_soon(answer, run_id)
         await anyio.wait_all_tasks_blocked()
         assert counting.reads == [] and not answers
         claimed = await store.claim("w1", NOW, NOW + LEASE)
@@ -253,8 +324,24 @@ async def test_a_served_agents_answer_waits_for_a_run_queued_here_without_readin
         with anyio.fail_after(30):
             while not answers:
                 await anyio.sleep(0.01)
-        assert counting.reads == ["run, events"]
+        assert counting.reads == []
         assert answers[0].id == run_id and answers[0].status.state == TaskState.TASK_STATE_COMPLETED
+        stored = await store.get(run_id)
+        assert stored is not None
+        read = await handler._task(stored)
+        assert answers[0] == read and len(read.history) == 2  # the prompt and the one row
+        counting.reads.clear()
+        longer = await _queue(store, new_run_id(), "w2")
+        group.start_soon(answer, longer)
+        await anyio.wait_all_tasks_blocked()
+        claimed = await store.claim("w1", NOW, NOW + LEASE)
+        assert claimed is not None
+        await store.append_events(longer, [_row(1)])
+        assert await store.finish(longer, "w1", _completed(), [_row(2)], ending(claimed[0], _completed(), 2))
+        with anyio.fail_after(30):
+            while len(answers) < 2:
+                await anyio.sleep(0.01)
+        assert counting.reads == ["run, events"] and len(answers[1].history) == 3
         group.cancel_scope.cancel()
 
 

@@ -62,6 +62,10 @@ SQLITE_CONNECTION_PRAGMAS = (
     f"PRAGMA mmap_size={SQLITE_MMAP_BYTES}",
 )
 """What every connection to the database file sets for itself (the engine's, and any opened beside them)."""
+BACKSTOP_CHECKPOINT_PAGES = 10_000
+"""The automatic checkpoint of a connection whose store checkpoints its log in the background, off the path of the
+writes (the mesh's, the run store's): under writes that never pause, a passive checkpoint never catches up with the
+last frames, the log cannot start over, and it grows to this size, where one commit checkpoints the little left."""
 
 
 def _tune_sqlite(engine: AsyncEngine) -> None:

@@ -67,6 +67,17 @@ async def _frames(state: DispatchState, run_id: str, first: list[tuple[int, str]
             yield b"".join(sse_event(observation) for observation in batch), batch[-1].seq
 
 
+def handed_over(state: DispatchState, run_id: str, after: int) -> bytes | None:
+    """The whole stream (the rows after ``after``, then the result) of a run this process queued whose end's
+    wake-up handed its whole journal over: what ``sse_stream`` would read and send, without a subscription or a
+    read. None for any other run."""
+    told = state.notifier.ended(run_id)
+    if told is None:
+        return None
+    frames = (sse_event(observation) for observation in told.observations if observation.seq > after)
+    return b"".join([RETRY, *frames, _result(told.end.run)])
+
+
 async def sse_stream(
     state: DispatchState, run_id: str, after: int, over: list[bool] | None = None
 ) -> AsyncGenerator[bytes, None]:

@@ -77,6 +77,13 @@ class RunEnd(NamedTuple):
     run: str
 
 
+class RunOver(NamedTuple):
+    """A run's whole journal and its end, as the wake-up of its end handed them over."""
+
+    observations: tuple[Observation, ...]
+    end: RunEnd
+
+
 class RunTail:
     """What wake-ups handed over for one run while this process follows it: its latest observations (consecutive
     sequence numbers), its end once that was handed over, and how many wake-ups carried nothing (each one says: read
@@ -112,7 +119,10 @@ class RunWaiters(LocalNotifier):
     """The process's waiters, with the tails of the runs they follow: a wake-up without observations counts as a look
     for the runs it names. Beside them, the runs this process queued that no wake-up has named since (``unheard``):
     each is still as it was queued, since whatever writes a run's rows, its end or its cancellation wakes its readers
-    (a lost listening connection or lost wake files wake them all, and forget these)."""
+    (a lost listening connection or lost wake files wake them all, and forget these). And the runs this process queued
+    whose first wake-up handed over their whole journal with their end (``ended``): a short run's end is one write,
+    and its stream, opened once the POST answered, would otherwise read what that wake-up said. An end is final, so
+    later wake-ups do not forget these; the oldest go beyond ``UNHEARD``."""
 
     UNHEARD = 1000
 
@@ -122,6 +132,7 @@ class RunWaiters(LocalNotifier):
         super().__init__()
         self.tails: dict[str, RunTail] = {}
         self.unheard: dict[str, Run] = {}
+        self.ended: dict[str, RunOver] = {}
         self._group = group
         self._grouped: dict[str, set[str]] = {}
 
@@ -164,10 +175,20 @@ class RunWaiters(LocalNotifier):
         super().fire_all()
 
     def hand(self, run_id: str, batch: Sequence[Observation], end: RunEnd | None) -> None:
+        if end is not None and run_id in self.unheard:
+            self._keep_ended(run_id, batch, end)
         self.forget(run_id)
         if (tail := self.tails.get(run_id)) is not None:
             tail.add(batch, end)
         super().fire([run_id])
+
+    def _keep_ended(self, run_id: str, batch: Sequence[Observation], end: RunEnd) -> None:
+        """Kept when the batch is the whole journal (1, 2, … up to the end's last sequence number), not too long."""
+        whole = len(batch) == end.seq and all(o.seq == seq for seq, o in enumerate(batch, start=1))
+        if whole and len(batch) <= RunTail.KEEP:
+            self.ended[run_id] = RunOver(tuple(batch), end)
+            if len(self.ended) > self.UNHEARD:
+                del self.ended[next(iter(self.ended))]
 
 
 # How ``RunListener.handing`` begins a payload, up to the run id.
@@ -200,11 +221,11 @@ class RunListener(PgNotifier):
         return payload if len(payload.encode()) <= MAX_PAYLOAD else f"{self.instance}|{run_id}"
 
     def handed(self, rest: str) -> None:
-        # Every instance hears every run's rows: one that follows none of them reads the run id, not the rows.
+        # Every instance hears every run's rows: one that follows none of them and queued none of them reads the run
+        # id, not the rows.
         if rest.startswith(_HANDED_RUN) and (end := rest.find('"', len(_HANDED_RUN))) > 0:
             run_id = rest[len(_HANDED_RUN) : end]
-            if "\\" not in run_id and run_id not in self.waiters.tails:
-                self.waiters.forget(run_id)
+            if "\\" not in run_id and run_id not in self.waiters.tails and run_id not in self.waiters.unheard:
                 return
         try:
             doc = json.loads(rest)
@@ -295,6 +316,11 @@ class RunNotifier:
         """The run as this process queued it, when no wake-up has named it since: what a reader subscribed from now
         on would read (a queued run, no rows), without reading it."""
         return self._local.unheard.get(run_id)
+
+    def ended(self, run_id: str) -> RunOver | None:
+        """The run's whole journal and its end, when this process queued it and the first wake-up naming it handed
+        them over: what a reader would read, without reading it."""
+        return self._local.ended.get(run_id)
 
     def _wake_name(self, name: str) -> None:
         if name.startswith(RUN_PREFIX):  # the runs of that file: their readers, and those queued here unheard of

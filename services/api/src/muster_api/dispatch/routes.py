@@ -15,7 +15,7 @@ from starlette.types import Receive, Scope, Send
 from muster_api.dispatch.component import DispatchState
 from muster_api.dispatch.config import cli_state, credential_state, egress_setting
 from muster_api.dispatch.errors import UnknownRunError
-from muster_api.dispatch.events import jsonl_lines, sse_stream
+from muster_api.dispatch.events import handed_over, jsonl_lines, sse_stream
 from muster_api.dispatch.members import members_out
 from muster_api.dispatch.models import (
     ID_PATTERN,
@@ -153,10 +153,14 @@ async def run_events(
             media_type="application/jsonl",
             headers={"Content-Disposition": f'attachment; filename="{run_id}.jsonl"'},
         )
-    over: list[bool] = []
     # A journal's sequence numbers are 32-bit: resuming after a larger one resumes after all of them (sent as it
     # is, it broke the statement's parameter).
-    stream = sse_stream(state, run_id, min(int(last_event_id or 0), LAST_SEQ), over)
+    after = min(int(last_event_id or 0), LAST_SEQ)
+    whole = handed_over(state, run_id, after)
+    if whole is not None:  # a short run queued here, over: its end's wake-up said all a read would
+        return Response(whole, media_type="text/event-stream", headers=SSE_HEADERS)
+    over: list[bool] = []
+    stream = sse_stream(state, run_id, after, over)
     first = await anext(stream)  # subscribed, and the run read: a 404 is still an answer of its own
     if over:  # the run was over: its whole stream is this item, answered without a stream kept open for more
         await stream.aclose()

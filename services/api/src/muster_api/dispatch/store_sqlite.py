@@ -14,16 +14,18 @@ machinery around each cost more CPU than the statement.
 
 A call runs in place, on the event loop's thread, when SQLite's lock lets it start at once (``_Inline``): a trip to a
 driver's thread is two thread wake-ups (a stream's read cost 0.15-0.19 ms of CPU through the thread here, 0.06 ms in
-place; queueing a run 0.19-0.30 against 0.11-0.20). A call that would wait for the lock goes to a driver's thread,
-which waits: writes to one connection held out of the pool, reads to another, so that a read never waits behind a
-write waiting for the lock. Either way a whole transaction is one call, so no two of them interleave. The statements
-are SQLAlchemy's compilation of the core's (``DriverStatement``), their parameters bound and their columns decoded by
-the columns' own types.
+place; queueing a run 0.19-0.30 against 0.11-0.20). The log is checkpointed on a driver's thread behind the writes,
+which do not wait for its syncs. A call that would wait for the lock goes to a driver's thread, which waits: writes to
+one connection held out of the pool, reads to another, so that a read never waits behind a write waiting for the lock.
+Either way a whole transaction is one call, so no two of them interleave. The statements are SQLAlchemy's compilation of
+the core's (``DriverStatement``), their parameters bound and their columns decoded by the columns' own types.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -36,7 +38,7 @@ from sqlalchemy import bindparam, exists, insert, null, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from muster_api.db.engine import SQLITE_CONNECTION_PRAGMAS
+from muster_api.db.engine import BACKSTOP_CHECKPOINT_PAGES, SQLITE_CONNECTION_PRAGMAS
 from muster_api.db.sqlite_driver import NAMED, DriverStatement, in_transaction, on_driver_thread
 from muster_api.db.url import sqlite_path
 from muster_api.dispatch.models import Run
@@ -44,6 +46,8 @@ from muster_api.dispatch.notify import NEW_RUN, RunEnd
 from muster_api.dispatch.store import KEEP_NON_ASCII, SqlRunStore, run_of, stored_row_json
 from muster_api.dispatch.tables import controls, events, runs
 from muster_dispatch import Observation
+
+log = logging.getLogger("muster.dispatch.store")
 
 T = TypeVar("T")
 
@@ -176,7 +180,10 @@ def _read(run_id: str, after: int, limit: int) -> Callable[[sqlite3.Connection],
 class _Held:
     """One connection of the engine's, held out of its pool, and the aiosqlite connection under it; beside it, for a
     database file, a connection of the event loop's own thread that runs a call in place when SQLite's lock is free
-    (``_Inline``)."""
+    (``_Inline``), whose log this connection checkpoints on its own thread after every ``CHECKPOINT_EVERY``-th write
+    in place, a write's caller not waiting for it."""
+
+    CHECKPOINT_EVERY = 64
 
     def __init__(self, engine: AsyncEngine, inline: _Inline | None) -> None:
         self.engine = engine
@@ -184,6 +191,9 @@ class _Held:
         self._driver: Any = None
         self._opening = anyio.Lock()
         self._inline = inline
+        self._writes = 0
+        self._checkpoint: asyncio.Task[None] | None = None
+        self.checkpoints = 0
 
     async def call(self, call: Callable[[sqlite3.Connection], T], write: bool) -> T:
         if self._conn is None or self._conn.closed or self._conn.invalidated:
@@ -194,16 +204,41 @@ class _Held:
                     self._conn = conn
         elif self._inline is not None:
             try:
-                return self._inline.call(call, write)
+                result = self._inline.call(call)
             except _Elsewhere:
                 pass
+            else:
+                if write:
+                    self._wrote()
+                return result
         return await on_driver_thread(self._driver, call)
+
+    def _wrote(self) -> None:
+        self._writes += 1
+        if self._writes % self.CHECKPOINT_EVERY == 0 and (self._checkpoint is None or self._checkpoint.done()):
+            self._checkpoint = asyncio.get_running_loop().create_task(self._checkpointed())
+
+    async def _checkpointed(self) -> None:
+        """The log copied into the database as far as no reader still needs it (passive: readers and writers go on
+        meanwhile), on the driver's thread: a checkpoint syncs the files, which the loop's thread must not wait for.
+        A failure waits for the next one."""
+        try:
+            await on_driver_thread(self._driver, _checkpoint)
+            self.checkpoints += 1
+        except Exception:
+            log.exception("checkpoint of the run store's log failed; the next write's turn retries it")
 
     async def aclose(self) -> None:
         async with self._opening:
+            if self._checkpoint is not None:
+                await self._checkpoint
             conn, self._conn = self._conn, None
             if conn is not None:
                 await conn.close()
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
 _BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
@@ -217,24 +252,15 @@ class _Inline:
     """A connection used on the event loop's thread: a call runs in place, where a trip to aiosqlite's thread and
     back is two thread wake-ups. It never waits: its busy timeout is zero, and a call SQLite refuses for its lock
     (another process writing, or this one on the driver's thread) goes to the driver's thread, which waits for it.
-    Every call begins with its transaction or is one statement, so a refused call changed nothing.
-
-    It never checkpoints either (a checkpoint syncs the files): every ``CHECKPOINT_EVERY``-th write goes to the
-    driver's thread, whose connection checkpoints the log once it has grown past SQLite's threshold."""
-
-    CHECKPOINT_EVERY = 64
+    Every call begins with its transaction or is one statement, so a refused call changed nothing. Its log is
+    checkpointed on the driver's thread (``_Held``); its own automatic checkpoint is the backstop."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = None
-        self._writes = 0
 
-    def call(self, call: Callable[[sqlite3.Connection], T], write: bool) -> T:
+    def call(self, call: Callable[[sqlite3.Connection], T]) -> T:
         """The call's result; ``_Elsewhere`` when it belongs on the driver's thread (nothing was changed)."""
-        if write:
-            self._writes += 1
-            if self._writes % self.CHECKPOINT_EVERY == 0:
-                raise _Elsewhere
         if self._conn is None:
             self._conn = _inline_connection(self.path)
         try:
@@ -252,7 +278,7 @@ class _Inline:
 
 def _inline_connection(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
-    for pragma in (*SQLITE_CONNECTION_PRAGMAS, "PRAGMA wal_autocheckpoint=0"):
+    for pragma in (*SQLITE_CONNECTION_PRAGMAS, f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}"):
         conn.execute(pragma)
     return conn
 

@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, Integer, Select, String, literal_column
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from muster_api.db.dialect import Dialect
-from muster_api.db.engine import SQLITE_BUSY_TIMEOUT_MS
+from muster_api.db.engine import BACKSTOP_CHECKPOINT_PAGES, SQLITE_BUSY_TIMEOUT_MS
 from muster_api.mesh import sqlite_trips
 from muster_api.mesh.claims_store import claim_record, live_statement
 from muster_api.mesh.search import index_pending
@@ -57,10 +57,8 @@ log = logging.getLogger("muster.mesh")
 # pooled connection (its own thread), after every CHECKPOINT_EVERY writes of the store. Left to SQLite, the commit
 # that grows the WAL past 1,000 pages checkpoints inline: it copies the pages and syncs both files, milliseconds to
 # a hundred on a busy disk, paid by whichever send or check-in it was. The held connection's own automatic checkpoint
-# stays as a backstop: under writes that never pause the background one never catches up with the last frames, the
-# WAL cannot start over, and it grows to the backstop, where one commit checkpoints the little left and restarts it.
+# stays as a backstop (``BACKSTOP_CHECKPOINT_PAGES``).
 CHECKPOINT_EVERY = 100
-BACKSTOP_CHECKPOINT_PAGES = 10_000
 
 
 @lru_cache(maxsize=64)

@@ -145,13 +145,16 @@ class ServedAgentHandler(RequestHandler):
 
     async def _finished(self, run_id: str) -> Task:
         """The run's task once it has ended. Each look reads the run and the rows it added since the last look, in
-        that order: once the run is over, the rows read after it are all of them."""
+        that order: once the run is over, the rows read after it are all of them. A run whose end's wake-up handed
+        its whole journal over (a short run this process queued) needs no read."""
         found: list[Observation] = []
         after = 0
         async with self.state.notifier.subscribe(run_id) as sub:
             if self.state.notifier.unheard(run_id) is not None:  # queued here, named by no wake-up since: still queued
                 with anyio.move_on_after(self._wait_seconds()):
                     await sub.wait()
+            if (ended := self.state.notifier.ended(run_id)) is not None:  # its end handed its whole journal over
+                return task_of(Run.model_validate_json(ended.end.run), list(ended.observations))
             while True:
                 run, batch = await self.state.store.run_and_events(run_id, after, HISTORY_PAGE)
                 assert run is not None
